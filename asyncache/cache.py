@@ -1,0 +1,612 @@
+"""DecisionCache: key -> store -> flight -> compute -> admit -> add.
+
+The engine behind ``@cached_prediction`` and the middleware. A hit decodes the
+stored envelope and returns; a miss joins or starts the flight for its key; a
+flight computes once, decides whether to keep the result (ttl, ``admit``,
+size), adds it, and hands every caller the decision that won the ``add``.
+
+The cache never makes a prediction fail: a store that raises or times out is a
+miss or a skipped write, counted and logged at a bounded rate, and after
+``failure_threshold`` failures in a row the store is left alone for
+``failure_cooldown`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from typing import Any, Self, TypeVar
+
+from .codec import Decoded, decode, decode_envelope, encode, normalize_secret
+from .errors import DecodeError
+from .flight import Flight, FlightTable
+from .keys import KeyBuilder
+from .memory import MemoryStore
+from .stats import CacheStats, RateLimitedLog
+from .store import DecisionStore, Entry
+
+__all__ = ["AdmitHook", "DecisionCache", "TtlHook"]
+
+logger = logging.getLogger("asyncache")
+
+T = TypeVar("T")
+TtlHook = Callable[[Any, Any], float | None]
+AdmitHook = Callable[[Any, Any], bool]
+Fingerprint = str | Mapping[str, Any] | None
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
+    """Drive a coroutine that already ran to its first suspension.
+
+    Stores like MemoryStore answer without suspending; starting their coroutine
+    by hand lets those answers skip the timeout machinery entirely, and only a
+    store that really waits pays for ``asyncio.timeout``.
+    """
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+
+class DecisionCache:
+    """Caches model decisions in a store and runs each miss once.
+
+    Args:
+        store: where decisions live; a fresh ``MemoryStore`` when omitted.
+        namespace: prefix for the namespaces of everything using this cache.
+        fingerprint: what identifies the model (id, revision, thresholds...):
+            a string or a JSON-able mapping. Part of every key.
+        ttl: seconds a decision lives, ``None`` for no expiry, or
+            ``ttl(inputs, result)``. A ttl ``<= 0`` stores nothing.
+        renew_on_hit: push a hit's expiry out by its ttl, at most once every
+            ttl/16, off the caller's path.
+        coalesce: identical concurrent misses wait for one computation.
+        coalesce_timeout: a waiter that waited longer computes by itself.
+        admit: ``admit(inputs, result) is False`` stores nothing (a degraded
+            or fallback answer).
+        max_entry_bytes: encoded decisions larger than this are not stored.
+        store_timeout: seconds a store call may take before it is a miss.
+        secret: HMAC key; entries without a valid tag are misses.
+        enabled: ``False`` computes every call and touches no store.
+        failure_threshold: store failures in a row before the cool-down.
+        failure_cooldown: seconds the store is skipped after that.
+        max_background: most renewals and deletions in progress at once.
+    """
+
+    def __init__(
+        self,
+        store: DecisionStore | None = None,
+        *,
+        namespace: str | None = None,
+        fingerprint: Fingerprint = None,
+        ttl: float | TtlHook | None = None,
+        renew_on_hit: bool = False,
+        coalesce: bool = True,
+        coalesce_timeout: float | None = 300.0,
+        admit: AdmitHook | None = None,
+        max_entry_bytes: int = 1024 * 1024,
+        store_timeout: float | None = 1.0,
+        secret: bytes | str | None = None,
+        enabled: bool = True,
+        failure_threshold: int = 5,
+        failure_cooldown: float = 10.0,
+        max_background: int = 64,
+    ) -> None:
+        if isinstance(ttl, int | float) and not isinstance(ttl, bool):
+            ttl = float(ttl)
+        elif ttl is not None and not callable(ttl):
+            raise TypeError(f"ttl must be seconds, None or a function, not {type(ttl).__name__}")
+        if max_entry_bytes <= 0:
+            raise ValueError("max_entry_bytes must be positive")
+        self.store: DecisionStore = MemoryStore() if store is None else store
+        self.namespace = namespace
+        self.fingerprint = fingerprint
+        self.ttl = ttl
+        self.renew_on_hit = renew_on_hit
+        self.coalesce = coalesce
+        self.coalesce_timeout = coalesce_timeout
+        self.admit = admit
+        self.max_entry_bytes = max_entry_bytes
+        self.store_timeout = store_timeout
+        self.enabled = enabled
+        self.failure_threshold = failure_threshold
+        self.failure_cooldown = failure_cooldown
+        self.max_background = max_background
+        self._secret = normalize_secret(secret)
+        self._stats = CacheStats()
+        self._flights: FlightTable[Any] = FlightTable()
+        self._builders: dict[tuple[str, str], KeyBuilder] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._renewing: set[bytes] = set()
+        self._failures = 0
+        self._skip_until = 0.0
+        self._log = RateLimitedLog(logger)
+        self._unencodable_warned: set[str] = set()
+        # The stores' synchronous fast path, when they have one (MemoryStore, TieredStore).
+        self._peek: Callable[[bytes], Entry | None] | None = getattr(self.store, "peek", None)
+        # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
+        self._peek_final = type(self.store) is MemoryStore
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"DecisionCache(store={self.store!r}, namespace={self.namespace!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- keys --------------------------------------------------------------
+
+    def key_builder(self, namespace: str, fingerprint: Fingerprint | None = None) -> KeyBuilder:
+        """The key builder for ``namespace`` (joined under this cache's namespace)."""
+        full = f"{self.namespace}/{namespace}" if self.namespace else namespace
+        chosen = self.fingerprint if fingerprint is None else fingerprint
+        marker = (full, repr(chosen))
+        builder = self._builders.get(marker)
+        if builder is None:
+            builder = self._builders[marker] = KeyBuilder(full, chosen)
+        return builder
+
+    def key(self, inputs: Any, *, namespace: str = "", scope: Any = None) -> bytes:
+        """The 16-byte key of ``inputs`` in ``namespace`` under ``scope``.
+
+        Raises:
+            TypeError: an input cannot be encoded.
+        """
+        return self.key_builder(namespace).key(inputs, scope)
+
+    # -- the single-key path ----------------------------------------------
+
+    async def get_or_compute(
+        self, key: bytes, compute: Callable[[], Awaitable[T]], inputs: Any = None
+    ) -> T:
+        """Return the stored decision for ``key``, or compute, store and return it.
+
+        Args:
+            key: from ``key()`` or a ``KeyBuilder``.
+            compute: runs the model; called at most once per flight.
+            inputs: handed to the ``ttl`` and ``admit`` hooks.
+        """
+        if not self.enabled:
+            self._stats.bypassed += 1
+            return await compute()
+        # The hit path, inlined: no coroutine beyond this one when the store can peek.
+        entry = self._peek(key) if self._peek is not None else None
+        if entry is None and not self._peek_final:
+            entry = await self._store_get(key)
+        if entry is not None:
+            try:
+                envelope = decode_envelope(entry.value, key=key, secret=self._secret)
+            except DecodeError as exc:
+                await self._discard_corrupt(key, exc)
+            else:
+                stats = self._stats
+                stats.hits += 1
+                stats.compute_seconds_saved += envelope.get("d") or 0.0
+                if self.renew_on_hit:
+                    self._maybe_renew(key, entry, envelope.get("t"))
+                return envelope["v"]  # type: ignore[no-any-return]
+        self._stats.misses += 1
+        if not self.coalesce:
+            return await self._compute_alone(key, compute, inputs)
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = self._flights.claim(key)
+            self._flights.start([key], [flight], self._fly(key, flight, compute, inputs))
+            await flight.wait(None)
+            return flight.outcome()  # type: ignore[no-any-return]
+        self._stats.coalesced += 1
+        return await self._follow(key, flight, compute, inputs)
+
+    async def lookup(self, key: bytes) -> Decoded | None:
+        """Return the live decoded decision under ``key`` and count the hit, or ``None``.
+
+        A corrupt or tampered entry is counted, deleted and reported as ``None``.
+        """
+        entry = self._peek(key) if self._peek is not None else None
+        if entry is None:
+            entry = await self._store_get(key)
+            if entry is None:
+                return None
+        try:
+            decoded = decode(entry.value, key=key, secret=self._secret)
+        except DecodeError as exc:
+            await self._discard_corrupt(key, exc)
+            return None
+        self._stats.hits += 1
+        self._stats.compute_seconds_saved += decoded.compute_seconds
+        if self.renew_on_hit:
+            self._maybe_renew(key, entry, decoded.ttl)
+        return decoded
+
+    async def store_result(
+        self, key: bytes, result: T, *, inputs: Any = None, compute_seconds: float = 0.0
+    ) -> T:
+        """Admit, encode and add ``result``; return the decision that won.
+
+        The returned value is decoded from what the store kept, so a miss and a
+        later hit give equal values of the same types. A result that is not
+        kept (ttl, ``admit``, size, encoding, store failure) is returned as is.
+        """
+        prepared = self._prepare(key, result, inputs, compute_seconds)
+        if prepared is None:
+            return result
+        value, expires_at = prepared
+        entry = await self._store_call("add", lambda: self.store.add(key, value, expires_at))
+        return self._winner(key, value, entry, result)  # type: ignore[no-any-return]
+
+    async def _fly(
+        self, key: bytes, flight: Flight[Any], compute: Callable[[], Awaitable[Any]], inputs: Any
+    ) -> None:
+        started = time.perf_counter()
+        try:
+            result = await compute()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._flights.release(key, flight)
+            flight.set_error(exc)
+            return
+        seconds = time.perf_counter() - started
+        value = await self.store_result(key, result, inputs=inputs, compute_seconds=seconds)
+        # Later callers find the entry in the store; only current followers need the flight.
+        self._flights.release(key, flight)
+        flight.set_result(value)
+
+    async def _follow(
+        self, key: bytes, flight: Flight[Any], compute: Callable[[], Awaitable[T]], inputs: Any
+    ) -> T:
+        if await flight.wait(self.coalesce_timeout):
+            if flight.shared and not isinstance(flight.error, asyncio.CancelledError):
+                # Each follower gets its own copy: callers may mutate what they receive.
+                if flight.error is not None:
+                    raise flight.error
+                return copy.deepcopy(flight.value)  # type: ignore[return-value]
+        else:
+            self._stats.coalesce_timeouts += 1
+        return await self._compute_alone(key, compute, inputs)
+
+    async def _compute_alone(
+        self, key: bytes, compute: Callable[[], Awaitable[T]], inputs: Any
+    ) -> T:
+        started = time.perf_counter()
+        result = await compute()
+        seconds = time.perf_counter() - started
+        return await self.store_result(key, result, inputs=inputs, compute_seconds=seconds)
+
+    # -- the batch path ----------------------------------------------------
+
+    async def get_or_compute_many(
+        self,
+        keys: Sequence[bytes],
+        compute: Callable[[list[int]], Awaitable[Sequence[Any]]],
+        inputs: Sequence[Any] | None = None,
+    ) -> list[Any]:
+        """Answer a whole batch: one ``get_many``, one compute of the misses, one ``add_many``.
+
+        Args:
+            keys: one key per item.
+            compute: ``compute(indices)`` runs the model on the items at those
+                indices and returns their results in order. A result that is an
+                exception instance fails only that item.
+            inputs: one per item, for the ``ttl`` and ``admit`` hooks.
+
+        Raises:
+            BaseException: the first failed item's exception, after every other
+                item was stored.
+        """
+        count = len(keys)
+        item_inputs: Sequence[Any] = inputs if inputs is not None else [None] * count
+        if not self.enabled:
+            self._stats.bypassed += count
+            return _raise_item_errors(list(await compute(list(range(count)))))
+        first: dict[bytes, int] = {}
+        uses: dict[bytes, int] = {}
+        for index, key in enumerate(keys):
+            first.setdefault(key, index)
+            uses[key] = uses.get(key, 0) + 1
+        unique = list(first)
+        found: dict[bytes, Any] = {}
+        entries = await self._store_call("get_many", lambda: self.store.get_many(unique))
+        for key, entry in zip(unique, entries or [None] * len(unique), strict=True):
+            if entry is None:
+                continue
+            try:
+                decoded = decode(entry.value, key=key, secret=self._secret)
+            except DecodeError as exc:
+                await self._discard_corrupt(key, exc)
+                continue
+            found[key] = decoded.value
+            self._stats.hits += uses[key]
+            self._stats.compute_seconds_saved += decoded.compute_seconds * uses[key]
+            if self.renew_on_hit:
+                self._maybe_renew(key, entry, decoded.ttl)
+        missing = [key for key in unique if key not in found]
+        self._stats.misses += sum(uses[key] for key in missing)
+        # Claim every unclaimed key before awaiting anything: never wait on our own keys.
+        own: list[bytes] = []
+        own_flights: list[Flight[Any]] = []
+        theirs: list[tuple[bytes, Flight[Any]]] = []
+        for key in missing:
+            flight = self._flights.get(key) if self.coalesce else None
+            if flight is not None:
+                self._stats.coalesced += 1
+                theirs.append((key, flight))
+                continue
+            flight = self._flights.claim(key) if self.coalesce else Flight()
+            own.append(key)
+            own_flights.append(flight)
+        if own:
+            work = self._fly_batch(own, own_flights, [first[k] for k in own], compute, item_inputs)
+            if self.coalesce:
+                self._flights.start(own, own_flights, work)
+            else:
+                await work
+        outcomes: dict[bytes, Flight[Any]] = {}
+        for key, flight in zip(own, own_flights, strict=True):
+            await flight.wait(None)
+            outcomes[key] = flight
+        retry: list[bytes] = []
+        for key, flight in theirs:
+            done = await flight.wait(self.coalesce_timeout)
+            if not done:
+                self._stats.coalesce_timeouts += 1
+            if done and flight.shared and not isinstance(flight.error, asyncio.CancelledError):
+                outcomes[key] = flight
+            else:
+                retry.append(key)
+        if retry:
+            # Their owners were too slow or refused to share: compute these ourselves.
+            alone = [Flight[Any]() for _ in retry]
+            await self._fly_batch(retry, alone, [first[k] for k in retry], compute, item_inputs)
+            outcomes.update(zip(retry, alone, strict=True))
+        results: list[Any] = []
+        handed: set[bytes] = set()
+        for key in keys:
+            if key in found:
+                value: Any = found[key]
+            else:
+                flight = outcomes[key]
+                value = flight.error if flight.error is not None else flight.value
+            # Items sharing a key are computed once and copied.
+            results.append(copy.deepcopy(value) if key in handed else value)
+            handed.add(key)
+        return _raise_item_errors(results)
+
+    async def _fly_batch(
+        self,
+        keys: list[bytes],
+        flights: list[Flight[Any]],
+        indices: list[int],
+        compute: Callable[[list[int]], Awaitable[Sequence[Any]]],
+        inputs: Sequence[Any],
+    ) -> None:
+        started = time.perf_counter()
+        try:
+            results = list(await compute(indices))
+            if len(results) != len(indices):
+                raise ValueError(
+                    f"the model returned {len(results)} results for {len(indices)} items"
+                )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            for key, flight in zip(keys, flights, strict=True):
+                self._flights.release(key, flight)
+                flight.set_error(exc)
+            return
+        share = (time.perf_counter() - started) / max(len(indices), 1)
+        pending: list[tuple[bytes, bytes, float | None]] = []
+        waiting: list[tuple[Flight[Any], Any]] = []
+        for key, flight, index, result in zip(keys, flights, indices, results, strict=True):
+            self._flights.release(key, flight)
+            if isinstance(result, BaseException):
+                flight.set_error(result)
+                continue
+            prepared = self._prepare(key, result, inputs[index], share)
+            if prepared is None:
+                flight.set_result(result)
+                continue
+            pending.append((key, *prepared))
+            waiting.append((flight, result))
+        if not pending:
+            return
+        added = await self._store_call("add_many", lambda: self.store.add_many(pending))
+        winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
+            flight.set_result(self._winner(key, value, entry, result))
+
+    # -- admission and storing --------------------------------------------
+
+    def _ttl_for(self, inputs: Any, result: Any) -> float | None:
+        ttl = self.ttl
+        if callable(ttl):
+            ttl = ttl(inputs, result)
+        return ttl
+
+    def _prepare(
+        self, key: bytes, result: Any, inputs: Any, compute_seconds: float
+    ) -> tuple[bytes, float | None] | None:
+        """Encode ``result`` for the store, or ``None`` when it must not be kept."""
+        try:
+            ttl = self._ttl_for(inputs, result)
+            if (ttl is not None and ttl <= 0) or (
+                self.admit is not None and self.admit(inputs, result) is False
+            ):
+                self._stats.not_admitted += 1
+                return None
+        except Exception:
+            # A hook that raises keeps the prediction and skips the write.
+            self._stats.errors += 1
+            logger.exception("asyncache: the ttl or admit hook raised; the result is not stored")
+            return None
+        now = time.time()
+        try:
+            value = encode(
+                result,
+                ttl=ttl,
+                created_at=now,
+                compute_seconds=compute_seconds,
+                key=key,
+                secret=self._secret,
+            )
+        except (TypeError, ValueError) as exc:
+            self._stats.unencodable += 1
+            kind = type(result).__qualname__
+            if kind not in self._unencodable_warned:
+                self._unencodable_warned.add(kind)
+                logger.warning(
+                    "asyncache: results of type %s are returned but not stored: %s", kind, exc
+                )
+            return None
+        if len(value) > self.max_entry_bytes:
+            self._stats.too_large += 1
+            return None
+        return value, (None if ttl is None else now + ttl)
+
+    def _winner(self, key: bytes, value: bytes, entry: Entry | None, result: Any) -> Any:
+        """What every caller of a flight receives once its ``add`` returned ``entry``."""
+        if entry is None:
+            chosen = value  # the store failed: hand back our own decision
+        elif entry.value == value:
+            self._stats.stores += 1
+            chosen = value
+        else:
+            self._stats.conflicts += 1
+            chosen = entry.value
+        try:
+            return decode(chosen, key=key, secret=self._secret).value
+        except DecodeError:
+            self._stats.corrupt += 1
+            return result
+
+    # -- talking to the store ---------------------------------------------
+
+    async def _store_get(self, key: bytes) -> Entry | None:
+        return await self._store_call("get", lambda: self.store.get(key))
+
+    async def _store_call(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+        """Run one store call with the timeout; a failure is ``None``, counted and logged."""
+        if self._skip_until:
+            if time.monotonic() < self._skip_until:
+                return None
+            self._skip_until = 0.0
+        try:
+            awaitable = call()
+            if isinstance(awaitable, Coroutine):
+                try:
+                    yielded = awaitable.send(None)
+                except StopIteration as stop:
+                    result: T = stop.value
+                else:
+                    async with asyncio.timeout(self.store_timeout):
+                        result = await _resume(awaitable, yielded)
+            else:
+                async with asyncio.timeout(self.store_timeout):
+                    result = await awaitable
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._store_failed(what, exc)
+            return None
+        self._failures = 0
+        return result
+
+    def _store_failed(self, what: str, exc: Exception) -> None:
+        self._stats.errors += 1
+        self._failures += 1
+        reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
+        self._log.warning(what, "asyncache: store %s %s; treated as a miss", what, reason)
+        if self._failures >= self.failure_threshold:
+            self._skip_until = time.monotonic() + self.failure_cooldown
+            self._log.warning(
+                "cooldown",
+                "asyncache: %d store failures in a row; skipping the store for %.1fs",
+                self._failures,
+                self.failure_cooldown,
+            )
+
+    async def _discard_corrupt(self, key: bytes, exc: DecodeError) -> None:
+        self._stats.corrupt += 1
+        self._log.warning("corrupt", "asyncache: dropping an entry that does not decode: %s", exc)
+        delete = getattr(self.store, "delete", None)
+        if delete is not None:
+            # Awaited, not backgrounded: the add that follows must not find it.
+            await self._store_call("delete", lambda: delete(key))
+
+    def _maybe_renew(self, key: bytes, entry: Entry, ttl: float | None) -> None:
+        if ttl is None or ttl <= 0 or entry.expires_at is None:
+            return
+        now = time.time()
+        if ttl - (entry.expires_at - now) < ttl / 16:
+            return  # renewed (or stored) less than ttl/16 ago
+        if key in self._renewing or len(self._background) >= self.max_background:
+            return
+        self._renewing.add(key)
+        self._spawn(self._renew(key, now + ttl))
+
+    async def _renew(self, key: bytes, expires_at: float) -> None:
+        try:
+            renewed = await self._store_call("renew", lambda: self.store.renew(key, expires_at))
+            if renewed:
+                self._stats.renewals += 1
+        finally:
+            self._renewing.discard(key)
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``work`` as an owned background task, awaited by ``aclose``."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    # -- lifecycle and stats ----------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Every counter, the in-flight gauge and the store's own stats when it has them."""
+        counters = self._stats.as_dict()
+        counters["in_flight"] = len(self._flights)
+        store_stats = getattr(self.store, "stats", None)
+        if callable(store_stats):
+            counters["store"] = store_stats()
+        return counters
+
+    def reset_stats(self) -> None:
+        """Set every counter back to zero."""
+        self._stats.reset()
+
+    async def aclose(self) -> None:
+        """Finish background work, cancel running computations and close the store."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._flights.aclose()
+        await self.store.aclose()
+
+
+def _raise_item_errors(results: list[Any]) -> list[Any]:
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results

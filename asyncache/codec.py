@@ -1,0 +1,226 @@
+"""The value envelope: what a store holds for one decision.
+
+Layout: one header byte, then (when a secret is set) a 16-byte keyed BLAKE2b
+tag over the cache key, the header and the body, then the body. The body is
+orjson of ``{"v": result, "t": ttl, "c": created_at, "d": compute_seconds}``,
+zlib-compressed when that is smaller.
+
+Header bits: the high nibble is the format (1); bit 0 says zlib; bit 1 says a
+tag follows; bit 2 says the result holds tagged values (NumPy arrays, bytes,
+non-finite floats) that decoding must revive. Plain results skip that walk, so
+a hit costs one ``orjson.loads``.
+
+No pickle: a shared store must not be able to run code in its readers.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import math
+import zlib
+from typing import Any, NamedTuple
+
+import orjson
+
+from .errors import DecodeError
+
+__all__ = ["Decoded", "decode", "decode_envelope", "encode", "normalize_secret"]
+
+_FORMAT = 0x10
+_ZLIB = 0x01
+_SIGNED = 0x02
+_TAGGED = 0x04
+_TAG_BYTES = 16
+_COMPRESS_FROM = 192  # bodies shorter than this never shrink under zlib's framing
+_TAG_KEY = "\x00t"  # a one-key dict {"\x00t": [kind, ...]} marks a tagged value
+
+
+class Decoded(NamedTuple):
+    """A decoded entry: the result and what was recorded beside it."""
+
+    value: Any
+    ttl: float | None
+    created_at: float
+    compute_seconds: float
+
+
+class _NeedsTags(Exception):
+    """Raised inside orjson's fallback: the result needs the tagging walk."""
+
+
+def _refuse(obj: Any) -> Any:
+    raise _NeedsTags
+
+
+def normalize_secret(secret: bytes | str | None) -> bytes | None:
+    """The HMAC key for a user's secret (BLAKE2b keys are at most 64 bytes)."""
+    if secret is None:
+        return None
+    raw = secret.encode() if isinstance(secret, str) else bytes(secret)
+    if not raw:
+        raise ValueError("secret must not be empty")
+    return raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
+
+
+def _sign(secret: bytes, key: bytes, header: int, body: bytes) -> bytes:
+    mac = hashlib.blake2b(key=secret, digest_size=_TAG_BYTES)
+    mac.update(key)
+    mac.update(bytes((header,)))
+    mac.update(body)
+    return mac.digest()
+
+
+def _tag(obj: Any) -> Any:
+    """Plain JSON for ``obj``, with tags for what JSON cannot round-trip exactly."""
+    cls = type(obj)
+    if cls is float:
+        if math.isfinite(obj):
+            return obj
+        return {_TAG_KEY: ["float", "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")]}
+    if obj is None or cls in (str, int, bool):
+        return obj
+    if cls is dict:
+        return {name: _tag(value) for name, value in obj.items()}
+    if cls is list or cls is tuple:
+        return [_tag(item) for item in obj]
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return {_TAG_KEY: ["bytes", base64.b64encode(bytes(obj)).decode()]}
+    if type(obj).__module__ == "numpy" and hasattr(obj, "dtype"):
+        import numpy
+
+        kind = "ndarray" if isinstance(obj, numpy.ndarray) else "npscalar"
+        array = numpy.asarray(obj)
+        if array.dtype.hasobject:
+            raise TypeError("NumPy arrays of Python objects cannot be stored")
+        data = base64.b64encode(array.tobytes(order="C")).decode()
+        return {_TAG_KEY: [kind, array.dtype.str, list(array.shape), data]}
+    if hasattr(obj, "model_dump") and hasattr(cls, "model_fields"):
+        return _tag(obj.model_dump(mode="json"))
+    # Dataclasses, enums, datetimes, UUIDs: what orjson itself can encode.
+    return orjson.loads(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
+
+
+def _untag(obj: Any) -> Any:
+    cls = type(obj)
+    if cls is dict:
+        tag = obj.get(_TAG_KEY) if len(obj) == 1 else None
+        if tag is not None:
+            return _revive(tag)
+        return {name: _untag(value) for name, value in obj.items()}
+    if cls is list:
+        return [_untag(item) for item in obj]
+    return obj
+
+
+def _revive(tag: list[Any]) -> Any:
+    kind = tag[0]
+    if kind == "float":
+        return float(tag[1])
+    if kind == "bytes":
+        return base64.b64decode(tag[1])
+    if kind in ("ndarray", "npscalar"):
+        import numpy
+
+        flat = numpy.frombuffer(base64.b64decode(tag[3]), dtype=numpy.dtype(tag[1]))
+        array = flat.reshape(tag[2]).copy()  # writable, like the array that was stored
+        return array[()] if kind == "npscalar" else array
+    raise DecodeError(f"unknown tagged value {kind!r}")
+
+
+def encode(
+    result: Any,
+    *,
+    ttl: float | None,
+    created_at: float,
+    compute_seconds: float,
+    key: bytes,
+    secret: bytes | None = None,
+) -> bytes:
+    """Encode one decision into the envelope.
+
+    Raises:
+        TypeError: ``result`` holds a value that cannot be stored exactly.
+    """
+    header = _FORMAT
+    envelope = {"v": result, "t": ttl, "c": created_at, "d": compute_seconds}
+    try:
+        body = orjson.dumps(envelope, default=_refuse)
+        # orjson writes NaN and the infinities as null: those results need tags.
+        if b"null" in body and _tag(result) != result:
+            raise _NeedsTags
+    except (_NeedsTags, orjson.JSONEncodeError):
+        try:
+            envelope["v"] = _tag(result)
+            body = orjson.dumps(envelope)
+        except (orjson.JSONEncodeError, _NeedsTags) as exc:
+            raise TypeError(
+                f"cannot store a result of type {type(result).__name__}: {exc}"
+            ) from None
+        header |= _TAGGED
+    if len(body) >= _COMPRESS_FROM:
+        packed = zlib.compress(body, 6)
+        if len(packed) < len(body):
+            body = packed
+            header |= _ZLIB
+    if secret is not None:
+        header |= _SIGNED
+        return bytes((header,)) + _sign(secret, key, header, body) + body
+    return bytes((header,)) + body
+
+
+def decode_envelope(value: bytes, *, key: bytes, secret: bytes | None = None) -> dict[str, Any]:
+    """Decode an envelope into its dict (``v``, ``t``, ``c``, ``d``): the hit path.
+
+    Raises:
+        DecodeError: as ``decode``.
+    """
+    if not value:
+        raise DecodeError("empty value")
+    header = value[0]
+    if header == _FORMAT and secret is None:
+        # The common case: plain, unsigned, uncompressed. One loads, no copies.
+        try:
+            envelope: dict[str, Any] = orjson.loads(memoryview(value)[1:])
+            envelope["v"]
+        except Exception as exc:
+            raise DecodeError(f"corrupt value: {exc}") from None
+        return envelope
+    if header & 0xF0 != _FORMAT or header & 0x08:
+        raise DecodeError(f"unknown value format 0x{header:02x}")
+    body = value[1:]
+    if secret is not None:
+        if not header & _SIGNED:
+            raise DecodeError("value is not signed but a secret is set")
+        tag, body = body[:_TAG_BYTES], body[_TAG_BYTES:]
+        if not hmac.compare_digest(tag, _sign(secret, key, header, body)):
+            raise DecodeError("value failed its HMAC check")
+    elif header & _SIGNED:
+        body = body[_TAG_BYTES:]
+    try:
+        if header & _ZLIB:
+            body = zlib.decompress(body)
+        envelope = orjson.loads(body)
+        if header & _TAGGED:
+            envelope["v"] = _untag(envelope["v"])
+        envelope["v"]
+    except DecodeError:
+        raise
+    except Exception as exc:  # zlib.error, JSONDecodeError, KeyError, TypeError, bad tags
+        raise DecodeError(f"corrupt value: {exc}") from None
+    return envelope
+
+
+def decode(value: bytes, *, key: bytes, secret: bytes | None = None) -> Decoded:
+    """Decode an envelope written by ``encode``.
+
+    Raises:
+        DecodeError: the value is corrupt, of an unknown format, unsigned when a
+            secret is set, or its tag does not match.
+    """
+    envelope = decode_envelope(value, key=key, secret=secret)
+    try:
+        return Decoded(envelope["v"], envelope["t"], envelope["c"], envelope["d"])
+    except (KeyError, TypeError) as exc:
+        raise DecodeError(f"corrupt value: {exc!r}") from None

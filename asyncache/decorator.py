@@ -1,0 +1,221 @@
+"""``@cached_prediction``: cache an async prediction function by its arguments."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from .cache import DecisionCache
+
+if TYPE_CHECKING:
+    from .offload import Offload
+
+__all__ = ["CachedPrediction", "cached_prediction"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+class CachedPrediction(Protocol[P, R_co]):
+    """What ``@cached_prediction`` returns: the function, cached, with helpers."""
+
+    cache: DecisionCache
+    namespace: str
+    __wrapped__: Callable[..., Any]
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
+        """The 16-byte cache key this call would use."""
+        ...
+
+    async def uncached(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
+        """Run the function without reading or writing the cache."""
+        ...
+
+
+class _Binder(Generic[P]):
+    """Binds a call's arguments to the signature with defaults applied.
+
+    ``inspect.Signature.bind`` costs microseconds; a hit should not. For
+    signatures without ``*args``/``**kwargs`` the common calls take a fast
+    path; anything unusual (and every error) goes through ``bind`` so the
+    messages are Python's own.
+    """
+
+    def __init__(self, fn: Callable[..., Any], ignore: Iterable[str]) -> None:
+        self.signature = inspect.signature(fn)
+        params = list(self.signature.parameters.values())
+        ignored = set(ignore)
+        unknown = ignored - {p.name for p in params}
+        if unknown:
+            raise ValueError(f"ignore names no parameter of {fn.__qualname__}: {sorted(unknown)}")
+        # A method's receiver identifies no decision; the fingerprint says which model.
+        if params and params[0].name in ("self", "cls") and params[0].kind in _POSITIONAL:
+            ignored.add(params[0].name)
+        self.ignored = tuple(ignored)
+        self.simple = all(p.kind in _POSITIONAL or p.kind is p.KEYWORD_ONLY for p in params)
+        self.positional = tuple(p.name for p in params if p.kind in _POSITIONAL)
+        self.keyword = frozenset(
+            p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY
+        )
+        self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
+        self.count = len(params)
+        # The commonest call: every parameter passed positionally, nothing to drop.
+        self.only_positional = (
+            self.simple and len(self.positional) == self.count and not self.ignored
+        )
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if not kwargs and len(args) == self.count and self.only_positional:
+            return dict(zip(self.positional, args, strict=True))
+        if self.simple and len(args) <= len(self.positional):
+            inputs = dict(self.defaults)
+            inputs.update(zip(self.positional, args, strict=False))
+            if kwargs:
+                given = self.positional[: len(args)]
+                if any(name not in self.keyword or name in given for name in kwargs):
+                    return self._slow(args, kwargs)
+                inputs.update(kwargs)
+            if len(inputs) == self.count:
+                for name in self.ignored:
+                    del inputs[name]
+                return inputs
+        return self._slow(args, kwargs)
+
+    def _slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        inputs = dict(bound.arguments)
+        for name in self.ignored:
+            inputs.pop(name, None)
+        return inputs
+
+
+@overload
+def cached_prediction(
+    cache: DecisionCache,
+    *,
+    namespace: str | None = ...,
+    ignore: Iterable[str] = ...,
+    key: Callable[..., Any] | None = ...,
+    scope: Callable[..., Any] | None = ...,
+    fingerprint: str | dict[str, Any] | None = ...,
+    offload: None = ...,
+) -> Callable[[Callable[P, Awaitable[R]]], CachedPrediction[P, R]]: ...
+
+
+@overload
+def cached_prediction(
+    cache: DecisionCache,
+    *,
+    namespace: str | None = ...,
+    ignore: Iterable[str] = ...,
+    key: Callable[..., Any] | None = ...,
+    scope: Callable[..., Any] | None = ...,
+    fingerprint: str | dict[str, Any] | None = ...,
+    offload: str | Offload,
+) -> Callable[[Callable[P, R]], CachedPrediction[P, R]]: ...
+
+
+def cached_prediction(
+    cache: DecisionCache,
+    *,
+    namespace: str | None = None,
+    ignore: Iterable[str] = (),
+    key: Callable[..., Any] | None = None,
+    scope: Callable[..., Any] | None = None,
+    fingerprint: str | dict[str, Any] | None = None,
+    offload: str | Offload | None = None,
+) -> Callable[[Callable[P, Any]], CachedPrediction[P, Any]]:
+    """Cache a prediction function's results by its arguments.
+
+    ``f(1)`` and ``f(x=1)`` share a key: arguments are bound to the signature
+    with defaults applied. A first parameter named ``self`` or ``cls`` is left
+    out of the key (the fingerprint identifies the model).
+
+    Args:
+        cache: the ``DecisionCache`` that holds the decisions.
+        namespace: names the function in keys; ``module.qualname`` by default.
+            Pin it to keep decisions across a rename.
+        ignore: parameters left out of the key (a logger, a request id).
+        key: ``key(*args, **kwargs)`` returns what identifies the call, used
+            instead of the bound arguments.
+        scope: ``scope(*args, **kwargs)`` returns the tenant or principal;
+            entries never cross scopes.
+        fingerprint: overrides the cache's fingerprint for this function.
+        offload: where a sync function runs on a miss: ``"thread"``,
+            ``"process"`` or an ``Offload``. Hits never touch it.
+
+    Raises:
+        TypeError: a sync function without ``offload``.
+        ValueError: ``ignore`` names a parameter the function does not have.
+    """
+
+    def decorate(fn: Callable[P, Any]) -> CachedPrediction[P, Any]:
+        is_async = inspect.iscoroutinefunction(fn)
+        if not is_async and offload is None:
+            raise TypeError(
+                f"{fn.__qualname__} is not async: pass offload='thread' (GIL-releasing work such "
+                "as onnxruntime or torch), offload='process' (pure-Python work) or an Offload"
+            )
+        run: Callable[..., Awaitable[Any]]
+        if is_async:
+            run = fn
+        else:
+            from .offload import resolve_offload
+
+            pool = resolve_offload(offload)
+
+            async def run(*args: Any, **kwargs: Any) -> Any:
+                return await pool.run(fn, *args, **kwargs)
+
+        binder: _Binder[P] = _Binder(fn, ignore)
+        name = namespace or f"{fn.__module__}.{fn.__qualname__}"
+        builder = cache.key_builder(name, fingerprint)
+        get_or_compute = cache.get_or_compute
+
+        def make_key(*args: Any, **kwargs: Any) -> bytes:
+            inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
+            return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
+
+        if key is None and scope is None:
+            names = binder.positional if binder.only_positional else ()
+            count = len(names) if binder.only_positional else -1
+            bind = binder.bind
+            key_of = builder.key
+
+            @functools.wraps(fn)
+            async def wrapper(*args: Any, **kwargs: Any) -> Any:
+                # The commonest call binds with one dict(zip()); the rest go through bind.
+                if len(args) == count and not kwargs:
+                    inputs = dict(zip(names, args))  # noqa: B905 - lengths checked above
+                else:
+                    inputs = bind(args, kwargs)
+                return await get_or_compute(key_of(inputs), lambda: run(*args, **kwargs), inputs)
+
+        else:
+
+            @functools.wraps(fn)
+            async def wrapper(*args: Any, **kwargs: Any) -> Any:
+                inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
+                where = scope(*args, **kwargs) if scope is not None else None
+                return await get_or_compute(
+                    builder.key(inputs, where), lambda: run(*args, **kwargs), inputs
+                )
+
+        async def uncached(*args: Any, **kwargs: Any) -> Any:
+            return await run(*args, **kwargs)
+
+        wrapper.cache = cache  # type: ignore[attr-defined]
+        wrapper.namespace = name  # type: ignore[attr-defined]
+        wrapper.key = make_key  # type: ignore[attr-defined]
+        wrapper.uncached = uncached  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,134 @@
+"""In-process coalescing of identical misses.
+
+A flight is one computation of one key. Its outcome sits beside an
+``asyncio.Event``; the computation runs as a task of its own, so a caller that
+is cancelled (a client that disconnected) stops waiting without cancelling
+the work or the other callers.
+
+Deadlock freedom: a flight's task only computes and stores, it never waits on
+another flight. A batch claims every unclaimed key it needs before it awaits
+anything, then waits only on flights that other callers own. So no flight ever
+waits on a flight, and two batches cannot wait on each other. A caller that
+waited longer than ``coalesce_timeout`` computes by itself, which bounds a
+stuck owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Flight", "FlightTable"]
+
+T = TypeVar("T")
+
+
+class Flight(Generic[T]):
+    """One in-progress computation and, once done, its outcome.
+
+    ``shared`` is False when followers must not take the outcome (the
+    middleware's leader got a response that was not admitted); they then
+    compute by themselves.
+    """
+
+    __slots__ = ("done", "error", "followers", "shared", "task", "value")
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.shared = True
+        self.followers = 0
+        self.task: asyncio.Task[None] | None = None
+
+    def set_result(self, value: T, *, shared: bool = True) -> None:
+        self.value = value
+        self.shared = shared
+        self.done.set()
+
+    def set_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+    def outcome(self) -> T:
+        """The result, or raise the flight's exception."""
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+    async def wait(self, timeout: float | None) -> bool:  # noqa: ASYNC109 - per-waiter bound
+        """Wait for the outcome; ``False`` when ``timeout`` passed first."""
+        if self.done.is_set():
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await self.done.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
+class FlightTable(Generic[T]):
+    """The flights running in one event loop, by key."""
+
+    __slots__ = ("_flights", "_tasks")
+
+    def __init__(self) -> None:
+        self._flights: dict[bytes, Flight[T]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    def get(self, key: bytes) -> Flight[T] | None:
+        return self._flights.get(key)
+
+    def claim(self, key: bytes) -> Flight[T]:
+        """Register a new flight for ``key``; its owner must ``finish`` it."""
+        flight: Flight[T] = Flight()
+        self._flights[key] = flight
+        return flight
+
+    def start(
+        self, keys: list[bytes], flights: list[Flight[T]], work: Coroutine[Any, Any, None]
+    ) -> None:
+        """Run ``work`` as an owned task; when it ends, every flight is finished.
+
+        ``work`` records outcomes on the flights; whatever it leaves unset (it
+        was cancelled or raised) becomes an error, so no waiter hangs.
+        """
+        task = asyncio.get_running_loop().create_task(work)
+        for flight in flights:
+            flight.task = task
+        self._tasks.add(task)
+
+        def finish(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            error: BaseException | None = None
+            if task.cancelled():
+                error = asyncio.CancelledError("the computation was cancelled")
+            elif task.exception() is not None:
+                error = task.exception()
+            for key, flight in zip(keys, flights, strict=True):
+                if self._flights.get(key) is flight:
+                    del self._flights[key]
+                if not flight.done.is_set():
+                    flight.set_error(
+                        error or RuntimeError("the computation ended without a result")
+                    )
+
+        task.add_done_callback(finish)
+
+    def release(self, key: bytes, flight: Flight[T]) -> None:
+        """Forget ``flight`` (for owners that compute without ``start``)."""
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+
+    async def aclose(self) -> None:
+        """Cancel running computations and wait for them to end."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

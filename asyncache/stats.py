@@ -1,0 +1,111 @@
+"""Counters a cache keeps about itself, and a bounded-rate logger for failures."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+__all__ = ["CacheStats", "RateLimitedLog"]
+
+_COUNTERS = (
+    "hits",
+    "misses",
+    "coalesced",
+    "stores",
+    "conflicts",
+    "bypassed",
+    "not_admitted",
+    "too_large",
+    "unencodable",
+    "errors",
+    "renewals",
+    "corrupt",
+    "coalesce_timeouts",
+    "lease_waits",
+    "lease_takeovers",
+    "audits",
+    "audit_agreed",
+    "audit_mismatched",
+    "shadow_would_hit",
+    "shadow_agreed",
+    "shadow_mismatched",
+)
+
+
+class CacheStats:
+    """Plain integer counters: incrementing one is a single attribute store.
+
+    ``in_flight`` is a gauge read from the flight table when ``as_dict`` is called.
+    """
+
+    __slots__ = (*_COUNTERS, "compute_seconds_saved", "lease_wait_seconds")
+
+    hits: int
+    misses: int
+    coalesced: int
+    stores: int
+    conflicts: int
+    bypassed: int
+    not_admitted: int
+    too_large: int
+    unencodable: int
+    errors: int
+    renewals: int
+    corrupt: int
+    coalesce_timeouts: int
+    lease_waits: int
+    lease_takeovers: int
+    audits: int
+    audit_agreed: int
+    audit_mismatched: int
+    shadow_would_hit: int
+    shadow_agreed: int
+    shadow_mismatched: int
+    compute_seconds_saved: float
+    lease_wait_seconds: float
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Set every counter back to zero."""
+        for name in _COUNTERS:
+            setattr(self, name, 0)
+        self.compute_seconds_saved = 0.0
+        self.lease_wait_seconds = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every counter by name."""
+        counters: dict[str, Any] = {name: getattr(self, name) for name in _COUNTERS}
+        counters["compute_seconds_saved"] = self.compute_seconds_saved
+        counters["lease_wait_seconds"] = self.lease_wait_seconds
+        lookups = self.hits + self.misses
+        counters["hit_rate"] = self.hits / lookups if lookups else 0.0
+        return counters
+
+
+class RateLimitedLog:
+    """Logs a warning at most once per ``interval`` seconds per kind of event.
+
+    A store that is down fails every call; logging each one would flood the
+    service's logs exactly when they are needed.
+    """
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
+        self._logger = logger
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def warning(self, kind: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._interval:
+            self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+            return
+        self._last[kind] = now
+        suppressed = self._suppressed.pop(kind, 0)
+        if suppressed:
+            message += f" ({suppressed} similar messages suppressed)"
+        self._logger.warning(message, *args)

@@ -1,0 +1,39 @@
+"""Test helpers shared by every test module."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip when ``condition`` is false; under ``CI=true`` fail instead.
+
+    A missing service or model must never hide a missing feature in CI.
+    """
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required in CI: {reason}")
+    pytest.skip(reason)
+
+
+def require_binary(name: str) -> str:
+    """Return the path of an executable on PATH, or skip/fail as ``require`` does."""
+    path = shutil.which(name)
+    require(path is not None, f"{name} is not on PATH")
+    assert path is not None
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
