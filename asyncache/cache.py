@@ -148,6 +148,29 @@ class DecisionCache:
     def __repr__(self) -> str:
         return f"DecisionCache(store={self.store!r}, namespace={self.namespace!r})"
 
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, prefix: str = "ASYNCACHE_", **overrides: Any
+    ) -> DecisionCache:
+        """A cache configured by ``ASYNCACHE_*`` environment variables.
+
+        ``ASYNCACHE_STORE_URL``, ``ASYNCACHE_TTL``, ``ASYNCACHE_ENABLED`` and the
+        others in the configuration table; keyword arguments win over the
+        environment (``from_env(admit=my_hook)``).
+
+        Raises:
+            ConfigurationError: a variable cannot be parsed or the URL is unknown.
+        """
+        from .config import settings_from_env  # noqa: PLC0415 - only deployments need it
+        from .store import open_store  # noqa: PLC0415
+
+        options = settings_from_env(environ, prefix=prefix)
+        options.update(overrides)
+        store = options.pop("store")
+        if isinstance(store, str):
+            store = open_store(store)
+        return cls(store, **options)
+
     async def __aenter__(self) -> Self:
         return self
 

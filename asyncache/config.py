@@ -1,0 +1,87 @@
+"""Configuration from the environment: ``DecisionCache.from_env()``.
+
+A deployment changes the store, the ttl or switches the cache off without
+touching code. Every variable is optional; see the configuration page for the
+table of names and defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = ["ENVIRONMENT", "Setting", "settings_from_env"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, the option it sets and its default."""
+
+    variable: str
+    option: str
+    kind: str
+    default: str
+    meaning: str
+
+
+ENVIRONMENT: tuple[Setting, ...] = (
+    Setting("STORE_URL", "store", "url", "memory://", "where decisions live (open_store URL)"),
+    Setting("ENABLED", "enabled", "bool", "true", "false computes every call, touches no store"),
+    Setting("TTL", "ttl", "seconds", "none", "seconds a decision lives; none: no expiry"),
+    Setting("RENEW_ON_HIT", "renew_on_hit", "bool", "false", "hits push the expiry out"),
+    Setting("NAMESPACE", "namespace", "str", "", "prefix for every key's namespace"),
+    Setting("FINGERPRINT", "fingerprint", "str", "", "pins the model fingerprint"),
+    Setting("SECRET", "secret", "str", "", "HMAC key; unsigned entries are misses"),
+    Setting("MAX_ENTRY_BYTES", "max_entry_bytes", "int", "1048576", "largest stored decision"),
+    Setting("STORE_TIMEOUT", "store_timeout", "seconds", "1.0", "a slower store call is a miss"),
+    Setting("COALESCE", "coalesce", "bool", "true", "identical misses share one computation"),
+    Setting("COALESCE_TIMEOUT", "coalesce_timeout", "seconds", "300", "longest wait on a flight"),
+)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _parse(setting: Setting, name: str, raw: str) -> Any:
+    text = raw.strip()
+    if setting.kind in ("str", "url"):
+        return text or None
+    if setting.kind == "bool":
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ConfigurationError(f"{name}={raw!r}: expected true or false")
+    if setting.kind == "seconds" and text.lower() in ("none", ""):
+        return None
+    try:
+        number = int(text) if setting.kind == "int" else float(text)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r}: expected a number") from None
+    if setting.kind == "int" and number <= 0:
+        raise ConfigurationError(f"{name}={raw!r}: expected a positive number")
+    return number
+
+
+def settings_from_env(
+    environ: Mapping[str, str] | None = None, *, prefix: str = "ASYNCACHE_"
+) -> dict[str, Any]:
+    """Read the ``ASYNCACHE_*`` variables into ``DecisionCache`` options.
+
+    Unset variables take their defaults. The store URL is returned under
+    ``store`` as a string; the caller opens it.
+
+    Raises:
+        ConfigurationError: a variable's value cannot be parsed.
+    """
+    env = os.environ if environ is None else environ
+    options: dict[str, Any] = {}
+    for setting in ENVIRONMENT:
+        name = prefix + setting.variable
+        raw = env.get(name)
+        options[setting.option] = _parse(setting, name, setting.default if raw is None else raw)
+    return options
