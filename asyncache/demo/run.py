@@ -1,0 +1,204 @@
+"""Run the demo: start the service under uvicorn, drive it, print what happened."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..store import open_store
+from .workload import Tally, build_workload, percentile, send_all
+
+__all__ = ["main"]
+
+DEFAULT_STORE = "sqlite:///asyncache-demo.sqlite"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asyncache demo",
+        description="A MiniLM decision service behind asyncache, driven by a realistic workload.",
+    )
+    parser.add_argument(
+        "--store", default=DEFAULT_STORE, help=f"store URL (default {DEFAULT_STORE})"
+    )
+    parser.add_argument("--requests", type=int, default=600, help="requests to send (default 600)")
+    parser.add_argument(
+        "--concurrency", type=int, default=16, help="requests in flight (default 16)"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("onnx", "onnx-int8", "torch"),
+        default="onnx",
+        help="model backend serving the misses (default onnx)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="clear the store before starting")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _free_port() -> int:
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _wait_ready(
+    client: Any, base: str, server: subprocess.Popen[bytes], timeout: float
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the demo server exited with status {server.returncode}")
+        try:
+            response = await client.get(f"{base}/stats")
+            if response.status_code == 200:
+                return response.json()
+        except Exception:
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"the demo server did not answer within {timeout:.0f}s")
+
+
+async def _drive(args: argparse.Namespace, base: str, server: subprocess.Popen[bytes]) -> int:
+    import httpx  # noqa: PLC0415
+
+    limits = httpx.Limits(max_connections=args.concurrency + 32)
+    async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
+        before = await _wait_ready(client, base, server, timeout=300.0)
+        entries = before["store_entries"]
+        if entries:
+            print(f"warm start: {entries} entries already in {args.store}")
+        else:
+            print(f"cold start: {args.store} is empty")
+        requests = build_workload(args.requests)
+        started = time.perf_counter()
+        tally = await _send_with_progress(client, base, requests, args)
+        elapsed = time.perf_counter() - started
+        after = (await client.get(f"{base}/stats")).json()
+    _print_table(tally, after, elapsed, warm=bool(entries))
+    return 0 if all(o.ok for o in tally.outcomes) else 1
+
+
+async def _send_with_progress(
+    client: Any, base: str, requests: list[Any], args: argparse.Namespace
+) -> Tally:
+    url = f"{base}/decide"
+    if args.no_progress or not sys.stdout.isatty():
+        return await send_all(client, url, requests, concurrency=args.concurrency)
+    from rich.progress import Progress  # noqa: PLC0415
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("requests", total=len(requests))
+        return await send_all(
+            client,
+            url,
+            requests,
+            concurrency=args.concurrency,
+            advance=lambda n: progress.advance(task, n),
+        )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.2f} ms"
+
+
+def _print_table(tally: Tally, stats: dict[str, Any], elapsed: float, *, warm: bool) -> None:
+    outcomes = tally.outcomes
+    http = stats["http"]
+    decisions = stats["decisions"]
+    model = stats["model"]
+    by_status: dict[str, int] = {}
+    for outcome in outcomes:
+        by_status[outcome.status] = by_status.get(outcome.status, 0) + 1
+    answered = len(outcomes)
+    hits = by_status.get("hit", 0)
+    hit_latency = tally.latencies("hit")
+    miss_latency = tally.latencies("miss")
+    # Every request needs one decision; the model computed only some of them.
+    saved = answered - model["items"]
+    rows = [
+        ("start", "warm (entries from an earlier run)" if warm else "cold (empty store)"),
+        ("requests", f"{answered} in {elapsed:.1f}s ({answered / elapsed:.0f}/s)"),
+        ("failed", str(sum(1 for o in outcomes if not o.ok))),
+        ("HTTP hit rate", f"{hits / answered:.1%} ({hits} hits)"),
+        ("HTTP coalesced (shared)", str(by_status.get("shared", 0))),
+        ("HTTP bypassed", str(by_status.get("bypass", 0))),
+        ("HTTP misses", str(by_status.get("miss", 0))),
+        ("decision cache hits", f"{decisions['hits']} (bypassed HTTP, answered from the store)"),
+        ("model forward passes", f"{model['forward_passes']} for {model['items']} decisions"),
+        ("model runs saved", f"{saved} of {answered} ({saved / answered:.1%})"),
+        (
+            "compute seconds saved",
+            f"{http['compute_seconds_saved'] + decisions['compute_seconds_saved']:.2f}s",
+        ),
+        (
+            "hit latency p50 / p99",
+            f"{_ms(percentile(hit_latency, 0.5))} / {_ms(percentile(hit_latency, 0.99))}",
+        ),
+        (
+            "miss latency p50 / p99",
+            f"{_ms(percentile(miss_latency, 0.5))} / {_ms(percentile(miss_latency, 0.99))}",
+        ),
+        ("store entries", f"{stats['store_entries']} before, {stats['store_entries_now']} after"),
+    ]
+    try:
+        from rich.console import Console  # noqa: PLC0415
+        from rich.table import Table  # noqa: PLC0415
+    except ImportError:
+        width = max(len(name) for name, _ in rows)
+        for name, value in rows:
+            print(f"{name:<{width}}  {value}")
+        return
+    table = Table(title="asyncache demo", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``asyncache demo``."""
+    args = _parser().parse_args(argv)
+    if args.requests <= 0 or args.concurrency <= 0:
+        print("asyncache demo: --requests and --concurrency must be positive", file=sys.stderr)
+        return 2
+    try:
+        open_store(args.store)  # fail fast, with the one-line error, on a bad URL
+    except (ConfigurationError, ImportError) as exc:
+        print(f"asyncache demo: {exc}", file=sys.stderr)
+        return 2
+    port = _free_port()
+    command = [sys.executable, "-m", "asyncache.demo.service", "--port", str(port)]
+    command += ["--store", args.store, "--backend", args.backend]
+    if args.fresh:
+        command.append("--fresh")
+    log = Path(os.environ.get("ASYNCACHE_DEMO_LOG", os.devnull))
+    with log.open("ab") as sink:
+        server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            return asyncio.run(_drive(args, f"http://127.0.0.1:{port}", server))
+        except RuntimeError as exc:
+            print(f"asyncache demo: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
