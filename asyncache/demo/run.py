@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _free_port() -> int:
-    import socket  # noqa: PLC0415
+    import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -53,7 +53,10 @@ def _free_port() -> int:
 
 
 async def _wait_ready(
-    client: Any, base: str, server: subprocess.Popen[bytes], timeout: float
+    client: Any,
+    base: str,
+    server: subprocess.Popen[bytes],
+    timeout: float,  # noqa: ASYNC109
 ) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -70,7 +73,7 @@ async def _wait_ready(
 
 
 async def _drive(args: argparse.Namespace, base: str, server: subprocess.Popen[bytes]) -> int:
-    import httpx  # noqa: PLC0415
+    import httpx
 
     limits = httpx.Limits(max_connections=args.concurrency + 32)
     async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
@@ -95,7 +98,7 @@ async def _send_with_progress(
     url = f"{base}/decide"
     if args.no_progress or not sys.stdout.isatty():
         return await send_all(client, url, requests, concurrency=args.concurrency)
-    from rich.progress import Progress  # noqa: PLC0415
+    from rich.progress import Progress
 
     with Progress(transient=True) as progress:
         task = progress.add_task("requests", total=len(requests))
@@ -152,8 +155,8 @@ def _print_table(tally: Tally, stats: dict[str, Any], elapsed: float, *, warm: b
         ("store entries", f"{stats['store_entries']} before, {stats['store_entries_now']} after"),
     ]
     try:
-        from rich.console import Console  # noqa: PLC0415
-        from rich.table import Table  # noqa: PLC0415
+        from rich.console import Console
+        from rich.table import Table
     except ImportError:
         width = max(len(name) for name, _ in rows)
         for name, value in rows:

@@ -32,7 +32,7 @@ class _CountingModel:
     """The decision model, counting its forward passes and the decisions they made."""
 
     def __init__(self, backend: str) -> None:
-        from ..adapters.minilm import MiniLMDecider  # noqa: PLC0415 - heavy, loaded once
+        from ..adapters.minilm import MiniLMDecider
 
         self.model = MiniLMDecider(backend)  # type: ignore[arg-type]
         self.fingerprint = self.model.fingerprint
@@ -50,12 +50,12 @@ class _CountingModel:
 
 def create_app(store_url: str, backend: str = "onnx", *, fresh: bool = False) -> Any:
     """The demo's Starlette app over the store at ``store_url``."""
-    from starlette.applications import Starlette  # noqa: PLC0415 - the server extra
-    from starlette.requests import Request  # noqa: PLC0415
-    from starlette.responses import JSONResponse  # noqa: PLC0415
-    from starlette.routing import Route  # noqa: PLC0415
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
 
-    from ..middleware import DecisionCacheMiddleware  # noqa: PLC0415
+    from ..middleware import DecisionCacheMiddleware
 
     model = _CountingModel(backend)
     store = open_store(store_url)
@@ -124,7 +124,7 @@ def create_app(store_url: str, backend: str = "onnx", *, fresh: bool = False) ->
 
 def main(argv: list[str] | None = None) -> None:
     """Serve the demo app with uvicorn on 127.0.0.1."""
-    import uvicorn  # noqa: PLC0415
+    import uvicorn
 
     parser = argparse.ArgumentParser(prog="python -m asyncache.demo.service")
     parser.add_argument("--port", type=int, required=True)

@@ -160,7 +160,7 @@ async def send_all(
             await asyncio.gather(*(one(r) for r in group))  # a burst ignores the limit
             index += len(group)
             continue
-        batch = []
+        batch: list[Request] = []
         while index < len(requests) and not requests[index].burst and len(batch) < concurrency * 4:
             batch.append(requests[index])
             index += 1
