@@ -117,7 +117,9 @@ def open_store(url: str) -> DecisionStore:
         from .tiered import TieredStore
 
         l2_url, l1 = _split_l1_options(url[len("tiered+") :])
-        l1_ttl = _float_option(l1.pop("ttl", None), "l1_ttl")
+        # Absent means TieredStore's default (60 s), not "no cap"; l1_ttl= (empty) is no cap.
+        ttl_option = l1.pop("ttl", None)
+        l1_ttl = 60.0 if ttl_option is None else _float_option(ttl_option, "l1_ttl")
         return TieredStore(MemoryStore(**_memory_options(l1)), open_store(l2_url), l1_ttl=l1_ttl)
     if scheme == "memory":
         from .memory import MemoryStore
@@ -148,7 +150,10 @@ def _split_l1_options(url: str) -> tuple[str, dict[str, str]]:
         else:
             rest.append((name, value))
     query = "&".join(f"{name}={value}" for name, value in rest)
-    return parts._replace(query=query).geturl(), l1
+    # Slice rather than geturl(): geturl() drops an empty netloc, which turns
+    # sqlite:////abs/path into sqlite://abs/path (a host) and sqlite:///rel into sqlite:/rel.
+    base = url.partition("?")[0]
+    return (f"{base}?{query}" if query else base), l1
 
 
 def _float_option(value: str | None, name: str) -> float | None:

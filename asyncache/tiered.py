@@ -1,0 +1,182 @@
+"""TieredStore: a MemoryStore in front of a shared store.
+
+Hits on hot keys are answered from this process's memory without a thread hop
+or a network round trip; the shared store (L2) stays the one place where the
+first decision wins.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Self, cast
+
+from .memory import MemoryStore
+from .store import DecisionStore, Entry
+
+__all__ = ["TieredStore"]
+
+
+class _Copy(NamedTuple):
+    """What L1 holds: L2's entry, with the expiry L1 goes by beside it.
+
+    MemoryStore reads only ``value`` and ``expires_at``, so this passes for an
+    ``Entry`` there while ``entry`` keeps L2's real expiry for callers.
+    """
+
+    value: bytes
+    expires_at: float | None
+    entry: Entry
+
+
+class TieredStore:
+    """A memory L1 read through in front of any shared store (L2).
+
+    A get that misses L1 reads L2 and copies the entry into L1 for at most
+    ``l1_ttl`` seconds (never past L2's expiry); the entry returned carries
+    L2's real expiry. ``add`` always goes to L2, which decides the winner, and
+    the winner is copied into L1. ``renew``, ``delete``, ``prune`` and
+    ``clear`` go to both tiers.
+
+    Another process's ``clear``, ``delete`` or ``renew`` reaches this
+    process's L1 only when its copy expires, that is within ``l1_ttl`` seconds;
+    decisions themselves never change once stored, so a copy is never wrong,
+    only possibly kept that long after the shared store dropped it.
+
+    Args:
+        l1: the memory tier, owned by this store from now on.
+        l2: the shared tier (SQLiteStore, RedisStore...), owned likewise.
+        l1_ttl: most seconds an entry stays in L1 after it was read from L2
+            or added; ``None`` to keep it for as long as L2 does.
+    """
+
+    def __init__(self, l1: MemoryStore, l2: DecisionStore, *, l1_ttl: float | None = 60.0) -> None:
+        if l1_ttl is not None and not l1_ttl > 0:
+            raise ValueError(f"l1_ttl must be > 0 seconds or None, got {l1_ttl!r}")
+        self.l1 = l1
+        self.l2 = l2
+        self.l1_ttl = l1_ttl
+        # L1 holds only _Copy tuples (see _keep); typed so once, not cast per hit.
+        self._l1_get = cast(Callable[[bytes], _Copy | None], l1.get_now)
+        self.l1_hits = 0
+        self.l2_hits = 0
+        self.misses = 0
+
+    def __repr__(self) -> str:
+        return f"TieredStore({self.l1!r}, {self.l2!r}, l1_ttl={self.l1_ttl!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def get(self, key: bytes) -> Entry | None:
+        """Return the entry from L1, else from L2 (copying it into L1), else ``None``."""
+        copy = self._l1_get(key)
+        if copy is not None:
+            self.l1_hits += 1
+            return copy.entry
+        entry = await self.l2.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.l2_hits += 1
+        self._keep(key, entry, time.time())
+        return entry
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[Entry | None]:
+        """``get`` for each key, in order; L1's misses are one ``L2.get_many``."""
+        results: list[Entry | None] = []
+        missing: list[int] = []
+        for i, key in enumerate(keys):
+            copy = self._l1_get(key)
+            if copy is None:
+                missing.append(i)
+                results.append(None)
+            else:
+                results.append(copy.entry)
+        self.l1_hits += len(keys) - len(missing)
+        if not missing:
+            return results
+        entries = await self.l2.get_many([keys[i] for i in missing])
+        now = time.time()
+        for i, entry in zip(missing, entries, strict=True):
+            if entry is None:
+                self.misses += 1
+            else:
+                self.l2_hits += 1
+                self._keep(keys[i], entry, now)
+                results[i] = entry
+        return results
+
+    async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
+        """Add to L2, which decides the winner; copy the winner into L1."""
+        winner = await self.l2.add(key, value, expires_at)
+        self._keep(key, winner, time.time())
+        return winner
+
+    async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
+        """``L2.add_many``; copy the winners into L1."""
+        winners = await self.l2.add_many(items)
+        now = time.time()
+        for (key, _, _), winner in zip(items, winners, strict=True):
+            self._keep(key, winner, now)
+        return winners
+
+    async def renew(self, key: bytes, expires_at: float | None) -> bool:
+        """Renew in L2, and move (or drop) the L1 copy to match."""
+        renewed = await self.l2.renew(key, expires_at)
+        copy = self._l1_get(key)
+        if copy is not None:
+            # Drop first: an expiry moved into the past must not leave the old copy live.
+            self.l1.delete_now(key)
+            if renewed:
+                self._keep(key, Entry(copy.entry.value, expires_at), time.time())
+        return renewed
+
+    async def delete(self, key: bytes) -> None:
+        """Drop ``key`` from both tiers (from L1 only when L2 cannot delete)."""
+        self.l1.delete_now(key)
+        delete = getattr(self.l2, "delete", None)
+        if delete is not None:
+            await delete(key)
+
+    async def prune(self) -> int:
+        """Prune both tiers; return how many entries L2 dropped."""
+        await self.l1.prune()
+        return await self.l2.prune()
+
+    async def count(self) -> int:
+        """How many entries L2 holds (L1 holds copies of some of them)."""
+        return await self.l2.count()
+
+    async def clear(self) -> None:
+        """Clear both tiers (other processes' L1 copies expire within ``l1_ttl``)."""
+        await self.l1.clear()
+        await self.l2.clear()
+
+    async def aclose(self) -> None:
+        """Close both tiers; safe to call twice."""
+        await self.l1.aclose()
+        await self.l2.aclose()
+
+    def stats(self) -> dict[str, int]:
+        """Hits per tier and misses, plus L2's own counters when it has them."""
+        stats = {"l1_hits": self.l1_hits, "l2_hits": self.l2_hits, "misses": self.misses}
+        l2_stats = getattr(self.l2, "stats", None)
+        if callable(l2_stats):
+            for name, value in l2_stats().items():
+                stats.setdefault(f"l2_{name}", value)
+        return stats
+
+    def _keep(self, key: bytes, entry: Entry, now: float) -> None:
+        """Copy ``entry`` into L1 until L2's expiry or ``l1_ttl``, whichever comes first."""
+        expires_at = entry.expires_at
+        if self.l1_ttl is not None:
+            cap = now + self.l1_ttl
+            if expires_at is None or expires_at > cap:
+                expires_at = cap
+        if expires_at is not None and expires_at <= now:
+            return
+        self.l1.put_now(key, cast(Entry, _Copy(entry.value, expires_at, entry)))
