@@ -1,0 +1,304 @@
+"""Real redis-server processes for tests and benchmarks.
+
+Each server listens on a free loopback port (never 6379), keeps nothing on
+disk, and is killed when its owner stops it, when the interpreter exits, and
+(on Linux) when the process that started it dies.
+
+Nothing here imports redis-py: readiness is checked over a raw socket so that
+the fixtures load even where the ``redis`` extra is not installed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import ctypes.util
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .support import free_port
+
+__all__ = ["RedisCluster", "RedisServer", "send_command", "start_cluster"]
+
+# Every process started here and not yet reaped: the atexit hook's work list.
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+
+
+def _reap_all() -> None:
+    for process in list(_RUNNING):
+        _terminate(process)
+
+
+atexit.register(_reap_all)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when this process dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return None
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return preexec
+
+
+def _terminate(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    if process.poll() is None:
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    _RUNNING.discard(process)
+
+
+def send_command(port: int, *args: str | bytes, timeout: float = 2.0) -> bytes:
+    """Send one command over RESP and return the raw reply (a one-line or bulk reply).
+
+    Raises:
+        OSError: nothing answers on ``port``.
+        RuntimeError: the server replied with an error.
+    """
+    parts = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = arg.encode() if isinstance(arg, str) else arg
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(b"".join(parts))
+        reader = sock.makefile("rb")
+        line = reader.readline()
+        if not line:
+            raise ConnectionResetError(f"redis-server on port {port} closed the connection")
+        kind, rest = line[:1], line[1:].rstrip(b"\r\n")
+        if kind == b"-":
+            raise RuntimeError(rest.decode(errors="replace"))
+        if kind == b"$":
+            size = int(rest)
+            return b"" if size < 0 else reader.read(size + 2)[:size]
+        return rest
+
+
+class RedisServer:
+    """One redis-server process on a fixed loopback port, which may be killed and restarted.
+
+    Args:
+        binary: path of ``redis-server``.
+        workdir: where its log (and a cluster node's config) live.
+        port: the port; a free one when omitted.
+        cluster: start it with ``--cluster-enabled yes`` (its bus on another free port).
+        extra_args: more ``redis-server`` arguments.
+    """
+
+    def __init__(
+        self,
+        binary: str,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        cluster: bool = False,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.binary = binary
+        self.port = port if port is not None else free_port()
+        self.workdir = workdir
+        self.cluster = cluster
+        self.extra_args = tuple(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / f"redis-{self.port}.log"
+        # The bus port is chosen once: a restarted node must come back where its peers expect it.
+        self.bus_port = free_port() if cluster else None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def __repr__(self) -> str:
+        return f"RedisServer(port={self.port}, running={self.running})"
+
+    def command_line(self) -> list[str]:
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+            "--daemonize",
+            "no",
+        ]
+        if self.cluster:
+            args += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{self.port}.conf",
+                "--cluster-port",
+                str(self.bus_port),
+                "--cluster-node-timeout",
+                "5000",
+            ]
+        return args + list(self.extra_args)
+
+    def start(self, *, timeout: float = 15.0) -> None:
+        """Start the server and wait until it answers PING.
+
+        Raises:
+            RuntimeError: it exited or did not answer within ``timeout`` (with its log).
+        """
+        if self.running:
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command_line(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent(),
+            )
+        _RUNNING.add(self.process)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                _RUNNING.discard(self.process)
+                raise RuntimeError(
+                    f"redis-server on port {self.port} exited with {self.process.returncode}:\n"
+                    + self.log_tail()
+                )
+            with contextlib.suppress(OSError, RuntimeError):
+                if send_command(self.port, "PING", timeout=0.5) == b"PONG":
+                    return
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(
+                    f"redis-server on port {self.port} did not answer:\n" + self.log_tail()
+                )
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        """Stop the server with SIGTERM (SIGKILL if it lingers) and reap it."""
+        if self.process is not None:
+            _terminate(self.process)
+
+    def kill(self) -> None:
+        """Kill the server with SIGKILL, as a crash would, and reap it."""
+        if self.process is not None:
+            _terminate(self.process, kill=True)
+
+    def restart(self) -> None:
+        """Kill the server if it runs, then start a fresh one on the same port."""
+        self.kill()
+        self.start()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class RedisCluster:
+    """Redis Cluster masters started by ``start_cluster``."""
+
+    def __init__(self, nodes: list[RedisServer]) -> None:
+        self.nodes = nodes
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://`` naming every node."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def start_cluster(
+    server_binary: str, cli_binary: str, workdir: Path, *, masters: int = 3, timeout: float = 60.0
+) -> RedisCluster:
+    """Start ``masters`` cluster-enabled servers, join them with ``redis-cli --cluster create``.
+
+    Returns once every node reports ``cluster_state:ok`` and knows every other node.
+
+    Raises:
+        RuntimeError: a node did not start or the cluster did not converge in time.
+    """
+    nodes = [RedisServer(server_binary, workdir, cluster=True) for _ in range(masters)]
+    cluster = RedisCluster(nodes)
+    try:
+        for node in nodes:
+            node.start()
+        created = subprocess.run(
+            [
+                cli_binary,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{node.port}" for node in nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        if created.returncode != 0:
+            raise RuntimeError(
+                "redis-cli --cluster create failed:\n"
+                + created.stdout.decode(errors="replace")
+                + created.stderr.decode(errors="replace")
+            )
+        deadline = time.monotonic() + timeout
+        while not all(_cluster_ready(node.port, masters) for node in nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the redis cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _cluster_ready(port: int, masters: int) -> bool:
+    try:
+        info = send_command(port, "CLUSTER", "INFO").decode()
+    except (OSError, RuntimeError):
+        return False
+    fields = dict(line.split(":", 1) for line in info.split("\r\n") if ":" in line)
+    return (
+        fields.get("cluster_state") == "ok"
+        and fields.get("cluster_slots_ok") == "16384"
+        and fields.get("cluster_known_nodes") == str(masters)
+    )
+
+
+def children() -> list[int]:
+    """PIDs of the servers this process started that still run (for leak checks)."""
+    return [process.pid for process in _RUNNING if process.poll() is None]
