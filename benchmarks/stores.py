@@ -39,17 +39,18 @@ from asyncache import DecisionCache, MemoryStore  # noqa: E402
 from asyncache.codec import encode  # noqa: E402
 from asyncache.keys import make_key  # noqa: E402
 
-# Targets. Ratios to a raw driver call of the same bytes are the bar for a hit:
-# the store may add little to the round trip it cannot avoid. The SQLite store
-# and disk figures are the reference design's (a synchronous SQLite store).
+# Targets from the shared-stores issue. Ratios to a raw driver call of the same
+# bytes are the bar for a hit: the store may add little to the round trip it
+# cannot avoid. The store-time figures are the reference design's (a
+# synchronous SQLite store), shown for comparison.
 REDIS_HIT_RATIO = 1.15  # RedisStore hit / raw redis.asyncio GET
 PEER_RATIO = 1.0  # RedisStore hit / cashews' or aiocache's Redis hit
 SQLITE_HIT_RATIO = 1.15  # SQLiteStore hit / raw aiosqlite execute_fetchall
-CONCURRENT_RATIO = 0.25  # per-hit cost of 64 concurrent hits / a lone hit
+CONCURRENT_US = 20.0  # per-hit cost of 64 concurrent SQLite hits
 SQLITE_STORE_US = 115.0
 SQLITE_STORE_FULL_US = 276.0
-DISK_BYTES = 319
-TIERED_RATIO = 2.0  # TieredStore L1 hit / MemoryStore hit
+DISK_BYTES = 400
+TIERED_RATIO = 1.5  # TieredStore L1 hit / MemoryStore hit
 
 
 @dataclass
@@ -184,8 +185,8 @@ async def sqlite_rows(workdir: Path, *, number: int, repeats: int, adds: int) ->
             "SQLiteStore hit, 64 concurrent, per hit",
             per_hit * 1e6,
             "us",
-            f"<= {CONCURRENT_RATIO}x a lone hit",
-            verdict(per_hit / lone <= CONCURRENT_RATIO, per_hit / lone),
+            f"<= {CONCURRENT_US:g} us per hit",
+            verdict(per_hit * 1e6 <= CONCURRENT_US, per_hit / lone),
         )
     )
     for synchronous, target in (("NORMAL", SQLITE_STORE_US), ("FULL", SQLITE_STORE_FULL_US)):
