@@ -1,0 +1,74 @@
+"""Serving the cache's counters as JSON, for a health or metrics route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..cache import DecisionCache
+from .stats import middleware_stats
+from .types import Receive, Scope, Send
+
+__all__ = ["CacheStatsEndpoint", "cache_stats"]
+
+
+def cache_stats(cache: DecisionCache) -> dict[str, Any]:
+    """``cache.stats()`` with the middleware's counters under ``"middleware"``.
+
+    Usable as the body of any framework's route, e.g. FastAPI's
+    ``@app.get("/cache/stats")``.
+    """
+    stats = cache.stats()
+    stats["middleware"] = middleware_stats(cache).as_dict()
+    return stats
+
+
+class CacheStatsEndpoint:
+    """An ASGI app answering ``GET`` (and ``HEAD``) with ``cache_stats(cache)`` as JSON.
+
+    Route it like any ASGI app: ``Route("/cache/stats", CacheStatsEndpoint(cache))``
+    in Starlette, ``app.mount("/cache/stats", CacheStatsEndpoint(cache))`` in
+    FastAPI. The answer says ``Cache-Control: no-store``: counters are live.
+
+    Args:
+        cache: the cache whose counters are served.
+    """
+
+    def __init__(self, cache: DecisionCache) -> None:
+        self.cache = cache
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            # Served as the whole application: nothing to start or stop.
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if kind != "http":
+            await send({"type": "websocket.close", "code": 1000})
+            return
+        method = scope["method"]
+        if method not in ("GET", "HEAD"):
+            await _respond(send, 405, b'{"detail":"method not allowed"}', allow=True)
+            return
+        body = orjson.dumps(cache_stats(self.cache), option=orjson.OPT_NON_STR_KEYS, default=str)
+        await _respond(send, 200, b"" if method == "HEAD" else body, length=len(body))
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, *, length: int | None = None, allow: bool = False
+) -> None:
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body) if length is None else length).encode()),
+        (b"cache-control", b"no-store"),
+    ]
+    if allow:
+        headers.append((b"allow", b"GET, HEAD"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

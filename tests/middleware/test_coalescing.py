@@ -1,0 +1,174 @@
+"""Identical concurrent requests run the app once, and share only what was admitted."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from asyncache import DecisionCache
+from asyncache.middleware import DecisionCacheMiddleware, cache_stats
+
+from . import Answer, RecordingApp, Result, call, wait_until
+
+FOLLOWERS = 4
+
+
+async def stampede(
+    middleware: DecisionCacheMiddleware,
+    app: RecordingApp,
+    *,
+    leader_options: dict[str, Any] | None = None,
+) -> tuple[asyncio.Task[Result], list[asyncio.Task[Result]]]:
+    """Start a leader that blocks in the app, then followers that wait on it."""
+    app.gate = asyncio.Event()
+    leader = asyncio.create_task(call(middleware, body=b'{"q": 1}', **(leader_options or {})))
+    await wait_until(lambda: app.entered == 1, "the leader is in the app")
+    followers = [asyncio.create_task(call(middleware, body=b'{"q":1}')) for _ in range(FOLLOWERS)]
+    cache = middleware.cache
+    await wait_until(lambda: cache.stats()["coalesced"] == FOLLOWERS, "the followers wait")
+    assert app.entered == 1
+    return leader, followers
+
+
+async def test_identical_requests_run_the_app_once() -> None:
+    app = RecordingApp()
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    leader, followers = await stampede(middleware, app)
+    assert app.gate is not None
+    app.gate.set()
+    first = await leader
+    shared = await asyncio.gather(*followers)
+    assert app.calls == 1
+    assert first.cache == "miss"
+    assert [r.cache for r in shared] == ["shared"] * FOLLOWERS
+    assert {r.body for r in shared} == {first.body}
+    assert {r.header("content-length") for r in shared} == {str(len(first.body))}
+    assert cache_stats(middleware.cache)["middleware"]["shared"] == FOLLOWERS
+    assert middleware.cache.stats()["in_flight"] == 0
+
+
+async def test_followers_do_not_get_a_response_that_was_not_admitted() -> None:
+    app = RecordingApp(
+        Answer(headers=[(b"content-type", b"application/json"), (b"set-cookie", b"sid=alice")])
+    )
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    leader, followers = await stampede(middleware, app)
+    assert app.gate is not None
+    app.gate.set()
+    await leader
+    others = await asyncio.gather(*followers)
+    # Each follower ran the app itself: nobody got alice's cookie but alice.
+    assert app.calls == 1 + FOLLOWERS
+    assert [r.cache for r in others] == ["miss"] * FOLLOWERS
+    assert await middleware.cache.store.count() == 0
+
+
+async def test_a_500_is_not_handed_to_followers() -> None:
+    app = RecordingApp(Answer(status=500, chunks=[b'{"error": "boom"}']))
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    leader, followers = await stampede(middleware, app)
+    assert app.gate is not None
+    app.answer = Answer(status=500, chunks=[b'{"error": "boom"}'])
+    app.gate.set()
+    assert (await leader).status == 500
+    others = await asyncio.gather(*followers)
+    assert app.calls == 1 + FOLLOWERS
+    assert {r.cache for r in others} == {"miss"}
+
+
+class FailingOnce(RecordingApp):
+    """Raises in its first call, after reading the body; answers afterwards."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.calls == 0:
+            self.calls += 1
+            await receive()
+            self.entered += 1
+            assert self.gate is not None
+            await self.gate.wait()
+            raise RuntimeError("the model crashed")
+        await super().__call__(scope, receive, send)
+
+
+async def test_a_leader_that_raises_lets_followers_run_the_app() -> None:
+    app = FailingOnce()
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    leader, followers = await stampede(middleware, app)
+    assert app.gate is not None
+    app.gate.set()
+    with pytest.raises(RuntimeError, match="crashed"):
+        await leader
+    others = await asyncio.gather(*followers)
+    assert [r.status for r in others] == [200] * FOLLOWERS
+    assert app.calls == 1 + FOLLOWERS
+    reasons = cache_stats(middleware.cache)["middleware"]["not_admitted_reasons"]
+    assert reasons["incomplete"] == 1
+
+
+async def test_a_leader_whose_client_left_still_serves_its_followers() -> None:
+    app = RecordingApp(Answer(chunks=[b'{"label":', b' "positive"}']))
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    leader, followers = await stampede(
+        middleware, app, leader_options={"disconnect_after_start": True}
+    )
+    assert app.gate is not None
+    app.gate.set()
+    gone = await leader  # no exception reaches the server: the app finished normally
+    assert gone.body == b""
+    shared = await asyncio.gather(*followers)
+    assert app.calls == 1
+    assert {r.body for r in shared} == {b'{"label": "positive"}'}
+    assert {r.cache for r in shared} == {"shared"}
+
+
+async def test_a_cancelled_leader_never_leaves_followers_hanging() -> None:
+    app = RecordingApp()
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    leader, followers = await stampede(middleware, app)
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    assert app.gate is not None
+    app.gate.set()
+    others = await asyncio.gather(*followers)
+    assert {r.status for r in others} == {200}
+    assert {r.cache for r in others} == {"miss"}
+    assert app.calls == 1 + FOLLOWERS
+    assert middleware.cache.stats()["in_flight"] == 0
+
+
+async def test_a_follower_that_waited_too_long_runs_the_app_itself() -> None:
+    app = RecordingApp()
+    cache = DecisionCache(coalesce_timeout=0.01)
+    middleware = DecisionCacheMiddleware(app, cache=cache)
+    app.gate = asyncio.Event()
+    leader = asyncio.create_task(call(middleware, body=b"{}"))
+    await wait_until(lambda: app.entered == 1, "the leader is in the app")
+    follower = asyncio.create_task(call(middleware, body=b"{}"))
+    await wait_until(lambda: app.entered == 2, "the follower gave up waiting")
+    app.gate.set()
+    results = [await leader, await follower]
+    assert [r.cache for r in results] == ["miss", "miss"]
+    assert cache.stats()["coalesce_timeouts"] == 1
+
+
+async def test_different_requests_and_disabled_coalescing_run_apart() -> None:
+    app = RecordingApp()
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    app.gate = asyncio.Event()
+    tasks = [asyncio.create_task(call(middleware, body=b'{"q": %d}' % i)) for i in range(3)]
+    await wait_until(lambda: app.entered == 3, "three different requests are in the app")
+    app.gate.set()
+    await asyncio.gather(*tasks)
+
+    app = RecordingApp()
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache(coalesce=False))
+    app.gate = asyncio.Event()
+    tasks = [asyncio.create_task(call(middleware, body=b"{}")) for _ in range(3)]
+    await wait_until(lambda: app.entered == 3, "three identical requests are in the app")
+    app.gate.set()
+    results = await asyncio.gather(*tasks)
+    assert {r.cache for r in results} == {"miss"}
+    assert (await call(middleware, body=b"{}")).cache == "hit"
