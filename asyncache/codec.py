@@ -7,8 +7,8 @@ zlib-compressed when that is smaller.
 
 Header bits: the high nibble is the format (1); bit 0 says zlib; bit 1 says a
 tag follows; bit 2 says the result holds tagged values (NumPy arrays, bytes,
-non-finite floats) that decoding must revive. Plain results skip that walk, so
-a hit costs one ``orjson.loads``.
+non-finite floats, integers beyond 64 bits) that decoding must revive. Plain
+results skip that walk, so a hit costs one ``orjson.loads``.
 
 No pickle: a shared store must not be able to run code in its readers.
 """
@@ -26,14 +26,17 @@ import orjson
 
 from .errors import DecodeError
 
-__all__ = ["Decoded", "decode", "decode_envelope", "encode", "normalize_secret"]
+__all__ = ["PLAIN_HEADER", "Decoded", "decode", "decode_envelope", "encode", "normalize_secret"]
 
 _FORMAT = 0x10
+# The header of a plain envelope (unsigned, uncompressed, untagged): the rest is orjson.
+PLAIN_HEADER = _FORMAT
 _ZLIB = 0x01
 _SIGNED = 0x02
 _TAGGED = 0x04
 _TAG_BYTES = 16
 _COMPRESS_FROM = 192  # bodies shorter than this never shrink under zlib's framing
+_COPY_UP_TO = 2048
 _TAG_KEY = "\x00t"  # a one-key dict {"\x00t": [kind, ...]} marks a tagged value
 
 
@@ -79,10 +82,17 @@ def _tag(obj: Any) -> Any:
         if math.isfinite(obj):
             return obj
         return {_TAG_KEY: ["float", "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")]}
-    if obj is None or cls in (str, int, bool):
+    if obj is None or cls in (str, bool):
         return obj
+    if cls is int:
+        # orjson writes 64-bit integers only; larger ones travel as their digits.
+        return obj if -(2**63) <= obj < 2**64 else {_TAG_KEY: ["int", str(obj)]}
     if cls is dict:
-        return {name: _tag(value) for name, value in obj.items()}
+        tagged = {name: _tag(value) for name, value in obj.items()}
+        if len(tagged) == 1 and _TAG_KEY in tagged:
+            # The result's own dict looks like a tag: wrap it so it is not revived as one.
+            return {_TAG_KEY: ["dict", tagged]}
+        return tagged
     if cls is list or cls is tuple:
         return [_tag(item) for item in obj]
     if isinstance(obj, bytes | bytearray | memoryview):
@@ -120,6 +130,10 @@ def _revive(tag: list[Any]) -> Any:
         return float(tag[1])
     if kind == "bytes":
         return base64.b64decode(tag[1])
+    if kind == "int":
+        return int(tag[1])
+    if kind == "dict":
+        return {name: _untag(value) for name, value in tag[1].items()}
     if kind in ("ndarray", "npscalar"):
         import numpy
 
@@ -147,8 +161,9 @@ def encode(
     envelope = {"v": result, "t": ttl, "c": created_at, "d": compute_seconds}
     try:
         body = orjson.dumps(envelope, default=_refuse)
-        # orjson writes NaN and the infinities as null: those results need tags.
-        if b"null" in body and _tag(result) != result:
+        # orjson writes NaN and the infinities as null: those results need tags. A ttl
+        # of None is one null of the envelope's own; only more can come from the result.
+        if body.count(b"null") > (ttl is None) and _tag(result) != result:
             raise _NeedsTags
     except (_NeedsTags, orjson.JSONEncodeError):
         try:
@@ -182,7 +197,9 @@ def decode_envelope(value: bytes, *, key: bytes, secret: bytes | None = None) ->
     if header == _FORMAT and secret is None:
         # The common case: plain, unsigned, uncompressed. One loads, no copies.
         try:
-            envelope: dict[str, Any] = orjson.loads(memoryview(value)[1:])
+            # Slicing copies; a memoryview costs more than copying a small value.
+            body = value[1:] if len(value) <= _COPY_UP_TO else memoryview(value)[1:]
+            envelope: dict[str, Any] = orjson.loads(body)
             envelope["v"]
         except Exception as exc:
             raise DecodeError(f"corrupt value: {exc}") from None

@@ -61,6 +61,9 @@ class Flight(Generic[T]):
         """Wait for the outcome; ``False`` when ``timeout`` passed first."""
         if self.done.is_set():
             return True
+        if timeout is None:
+            await self.done.wait()  # no timeout machinery: owners wait here on every miss
+            return True
         try:
             async with asyncio.timeout(timeout):
                 await self.done.wait()
@@ -120,6 +123,27 @@ class FlightTable(Generic[T]):
 
         task.add_done_callback(finish)
 
+    def launch(self, flight: Flight[T], work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as an owned task for one flight, without a done callback.
+
+        The cheap form of ``start`` for the single-key miss: ``work`` must
+        finish the flight and call ``landed`` on every way out (a ``finally``).
+        A task cancelled before it first ran cannot, so ``aclose`` finishes
+        whatever flight is still open.
+        """
+        task = asyncio.get_running_loop().create_task(work)
+        flight.task = task
+        self._tasks.add(task)
+
+    def landed(self, key: bytes, flight: Flight[T]) -> None:
+        """The last thing a launched task does: forget its flight and its task."""
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        if flight.task is not None:
+            self._tasks.discard(flight.task)
+        if not flight.done.is_set():
+            flight.set_error(RuntimeError("the computation ended without a result"))
+
     def release(self, key: bytes, flight: Flight[T]) -> None:
         """Forget ``flight`` (for owners that compute without ``start``)."""
         if self._flights.get(key) is flight:
@@ -132,3 +156,9 @@ class FlightTable(Generic[T]):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        # A launched task cancelled before it first ran never finished its flight.
+        for key, flight in list(self._flights.items()):
+            if flight.task in tasks:
+                del self._flights[key]
+                if not flight.done.is_set():
+                    flight.set_error(asyncio.CancelledError("the computation was cancelled"))

@@ -4,11 +4,12 @@
 encoding of ``["asyncache/1", namespace, fingerprint, scope, inputs]`` with
 object keys sorted.
 
-Most inputs are plain JSON (strings, numbers, lists, string-keyed dicts): they
-are encoded by orjson in one call. Anything JSON would confuse takes a slower
-walk that tags it, so that values JSON merges stay apart:
+Most inputs are plain JSON (strings, numbers, ``None``, lists, string-keyed
+dicts): they are encoded by orjson in one call. Anything JSON would confuse
+takes a slower walk that tags it, so that values JSON merges stay apart:
 
-- ``None``, ``NaN``, ``inf`` and ``-inf`` (orjson writes all four as ``null``);
+- ``NaN``, ``inf`` and ``-inf``, which orjson writes as ``null`` like ``None``
+  (an input holding one is walked, and its ``None`` stays ``null``);
 - ``b"x"`` and ``"x"``; big integers and their decimal strings;
 - dicts with non-string keys, sets, datetimes, dataclasses, pydantic models;
 - NumPy arrays and torch tensors, keyed on dtype, shape and a digest of their
@@ -25,9 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import decimal
+import enum
 import hashlib
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,12 +47,13 @@ _OPTIONS = (
 )
 # An input whose plain encoding contains this might hold a NaN or an infinity.
 _SUSPECT_NULL = b"null"
+_dumps = orjson.dumps
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 # Byte strings longer than this key on their digest rather than their hex.
 _INLINE_BYTES = 64
 # Encodings up to this size are scanned for suspects; longer ones are judged by
 # looking at up to _LOOK_BUDGET objects first.
-_SCAN_LIMIT = 1024
+_SCAN_LIMIT = 512
 _LOOK_BUDGET = 64
 
 
@@ -73,11 +76,24 @@ def _digest_bytes(data: bytes | bytearray | memoryview) -> list[Any]:
     return ["\x00bytes", len(raw), _hex_digest(raw)]
 
 
-def _ndarray(obj: Any) -> list[Any]:
+def _ndarray(obj: Any, where: str) -> list[Any]:
     import numpy
 
-    array = numpy.ascontiguousarray(obj)
-    return ["\x00ndarray", array.dtype.str, list(array.shape), _hex_digest(array.tobytes())]
+    # asarray, not ascontiguousarray: the latter turns 0-d arrays and scalars into
+    # shape (1,), which would merge them with one-element arrays. tobytes() is
+    # C-ordered whatever the strides, so views key like their contiguous copies.
+    array = numpy.asarray(obj)
+    dtype = array.dtype
+    if dtype.hasobject:
+        # Their bytes are pointers: a different key in every process.
+        raise TypeError(
+            f"cannot build a cache key from {where}: a NumPy array of Python objects "
+            "has no stable bytes; pass key=... to say what identifies the call, "
+            "or ignore=(...) to leave it out"
+        )
+    # dtype.str of a structured dtype is only its size ("|V8"): spell its fields out.
+    kind = dtype.str if dtype.fields is None else str(dtype.descr)
+    return ["\x00ndarray", kind, list(array.shape), _hex_digest(array.tobytes())]
 
 
 def _tensor(obj: Any) -> list[Any]:
@@ -116,18 +132,25 @@ def _walk(obj: Any, where: str) -> Any:
     if isinstance(obj, bytes | bytearray | memoryview):
         return _digest_bytes(obj)
     if _is_numpy(obj):
-        return _ndarray(obj)
+        return _ndarray(obj, where)
     if _is_tensor(obj):
         return _tensor(obj)
-    if isinstance(obj, bool | int | float | str):
-        # Enum members (and other subclasses) key as their plain value, as orjson does.
-        base = next(t for t in (bool, int, float, str) if isinstance(obj, t))
-        return _walk(base(obj), where)
+    if isinstance(obj, enum.Enum):
+        # An enum member keys as its value, as orjson's plain encoding has it.
+        return _walk(obj.value, where)
+    if isinstance(obj, str):
+        # Subclasses key as their plain value; their own __str__ is not consulted.
+        return _walk(str.__str__(obj), where)
+    if isinstance(obj, int):
+        return _walk(int.__int__(obj), where)
+    if isinstance(obj, float):
+        return _walk(float.__float__(obj), where)
     if isinstance(obj, datetime.datetime | datetime.date | datetime.time):
         return [f"\x00{cls.__name__}", obj.isoformat()]
     if isinstance(obj, datetime.timedelta):
         return ["\x00timedelta", obj.total_seconds()]
-    if isinstance(obj, decimal.Decimal):
+    decimal = sys.modules.get("decimal")  # not imported: obj cannot be a Decimal
+    if decimal is not None and isinstance(obj, decimal.Decimal):
         return ["\x00decimal", str(obj)]
     if isinstance(obj, set | frozenset):
         items = [_walk(item, f"{where}{{}}") for item in obj]
@@ -141,8 +164,6 @@ def _walk(obj: Any, where: str) -> Any:
         return ["\x00pydantic", cls.__qualname__, _walk(obj.model_dump(mode="python"), where)]
     if isinstance(obj, list | tuple):
         return _walk(list(obj), where)
-    if hasattr(obj, "value") and type(obj).__class__.__name__ == "EnumType":
-        return _walk(obj.value, where)
     raise TypeError(
         f"cannot build a cache key from {where} of type {cls.__module__}.{cls.__qualname__}: "
         "pass key=... to say what identifies the call, or ignore=(...) to leave it out"
@@ -165,34 +186,41 @@ def _sort_key(item: Any) -> bytes:
     return orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
 
 
-def _looks_plain(obj: Any) -> bool | None:
-    """Whether ``obj`` is plain JSON with nothing to tag; ``None`` when too big to tell.
+def _looks_plain(obj: Any, budget: float = _LOOK_BUDGET) -> bool | None:
+    """Whether ``obj`` is plain JSON with nothing to tag; ``None`` when it cannot tell.
 
     Only the types orjson encodes natively reach here (others raised already),
-    so a string, finite float, int or bool at every leaf means the fast
-    encoding is canonical.
+    so a string, finite float, int, bool or ``None`` at every leaf means the
+    fast encoding is canonical: its ``null`` can only be ``None``. It cannot
+    tell past ``budget`` items, or at a leaf of another type (an enum, a UUID).
+    Walks containers, not items, to stay cheap on the common shape (a dict of
+    strings and short lists).
     """
-    budget = _LOOK_BUDGET
-    stack = [obj]
-    while stack:
-        budget -= 1
+    cls = type(obj)
+    if cls is dict:
+        todo: list[Any] = [obj.values()]
+    elif cls is list or cls is tuple:
+        todo = [obj]
+    else:
+        todo = [(obj,)]
+    while todo:
+        container = todo.pop()
+        budget -= len(container)
         if budget < 0:
             return None
-        item = stack.pop()
-        cls = type(item)
-        if cls is str:
-            pass
-        elif cls is float:
-            if item - item != 0.0:  # NaN and the infinities
-                return False
-        elif cls is dict:
-            stack.extend(item.values())
-        elif cls is list or cls is tuple:
-            stack.extend(item)
-        elif item is None:
-            return False
-        elif cls is not int and cls is not bool:
-            return None
+        for item in container:
+            cls = type(item)
+            if cls is str or cls is int or cls is bool or item is None:
+                continue
+            if cls is float:
+                if item - item != 0.0:  # NaN and the infinities
+                    return False
+            elif cls is dict:
+                todo.append(item.values())
+            elif cls is list or cls is tuple:
+                todo.append(item)
+            else:
+                return None
     return True
 
 
@@ -216,16 +244,20 @@ def canonical(obj: Any, *, name: str | None = None) -> bytes:
         TypeError: ``obj`` holds a value of a type the encoder does not know.
     """
     try:
-        raw = orjson.dumps(obj, default=_refuse, option=_OPTIONS)
+        raw = _dumps(obj, default=_refuse, option=_OPTIONS)
     except (_NotPlainJSON, orjson.JSONEncodeError):
         pass
     else:
-        # orjson writes None, NaN and the infinities alike as null.
-        if len(raw) <= _SCAN_LIMIT or (verdict := _looks_plain(obj)) is None:
-            plain = _SUSPECT_NULL not in raw
+        # orjson writes None, NaN and the infinities alike as null. The rule: the
+        # plain encoding is canonical when it holds no "null" or when every leaf
+        # is a string, int, bool, None or finite float. Scanning and looking are
+        # two ways to decide it cheaply; the key never depends on which ran.
+        # (find() is faster than `in` on bytes: this is the hit path.)
+        if len(raw) <= _SCAN_LIMIT or (verdict := _looks_plain(obj, _LOOK_BUDGET)) is None:
+            plain = raw.find(_SUSPECT_NULL) < 0 or _looks_plain(obj, math.inf) is True
         else:
             plain = verdict  # scanning a long encoding costs more than a look
-        if plain and not _looks_like_tag(obj):
+        if plain and (type(obj) is dict or not _looks_like_tag(obj)):
             return raw
     if name is None and type(obj) is dict and all(type(arg) is str for arg in obj):
         # Name the offending argument in the error when the inputs are a call's arguments.
