@@ -18,10 +18,21 @@ import copy
 import logging
 import time
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
-from typing import Any, Self, TypeVar
+from collections.abc import (
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
-from .codec import Decoded, decode, decode_envelope, encode, normalize_secret
+import orjson
+
+from .codec import PLAIN_HEADER, Decoded, decode, decode_envelope, encode, normalize_secret
 from .errors import DecodeError
 from .flight import Flight, FlightTable
 from .keys import KeyBuilder
@@ -29,11 +40,19 @@ from .memory import MemoryStore
 from .stats import CacheStats, RateLimitedLog
 from .store import DecisionStore, Entry
 
+if TYPE_CHECKING:
+    from .audit import Auditor, Compare, MismatchHook
+    from .lease import Leases
+    from .warm import WarmSummary
+
 __all__ = ["AdmitHook", "DecisionCache", "TtlHook"]
 
 logger = logging.getLogger("asyncache")
 
 T = TypeVar("T")
+# What ``hit_now`` returns when it has no answer; the caller then awaits ``get_or_compute``.
+MISS: Any = object()
+_loads = orjson.loads
 TtlHook = Callable[[Any, Any], float | None]
 AdmitHook = Callable[[Any, Any], bool]
 Fingerprint = str | Mapping[str, Any] | None
@@ -88,6 +107,21 @@ class DecisionCache:
         failure_threshold: store failures in a row before the cool-down.
         failure_cooldown: seconds the store is skipped after that.
         max_background: most renewals and deletions in progress at once.
+        leases: take a lease in the shared store before computing a miss, so
+            that a fleet computes each key once (needs a ``LeaseStore``:
+            SQLiteStore, RedisStore, or a tier over one).
+        lease_ttl: seconds a lease lives; above the slowest computation. A
+            waiter takes over a lease that expired without a decision.
+        audit_rate: share of hits (0 to 1) recomputed in the background and
+            compared with what was served.
+        audit: ``audit(stored, fresh)`` is True when two decisions agree;
+            equal canonical encodings by default.
+        on_mismatch: ``on_mismatch(inputs, stored, fresh)`` on each audit or
+            shadow disagreement; may be a coroutine function.
+        audit_concurrency: most audits running at once; more are dropped.
+        mode: ``"live"`` serves hits; ``"shadow"`` computes every call,
+            returns the fresh result, fills the store and counts whether the
+            stored decision would have been served and agreed.
     """
 
     def __init__(
@@ -108,6 +142,13 @@ class DecisionCache:
         failure_threshold: int = 5,
         failure_cooldown: float = 10.0,
         max_background: int = 64,
+        leases: bool = False,
+        lease_ttl: float = 10.0,
+        audit_rate: float = 0.0,
+        audit: Compare | None = None,
+        on_mismatch: MismatchHook | None = None,
+        audit_concurrency: int = 4,
+        mode: Literal["live", "shadow"] = "live",
     ) -> None:
         if isinstance(ttl, int | float) and not isinstance(ttl, bool):
             ttl = float(ttl)
@@ -139,18 +180,65 @@ class DecisionCache:
         self._skip_until = 0.0
         self._log = RateLimitedLog(logger)
         self._unencodable_warned: set[str] = set()
-        # The stores' synchronous fast path, when they have one (MemoryStore, TieredStore).
-        self._peek: Callable[[bytes], Entry | None] | None = getattr(self.store, "peek", None)
-        # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
-        self._peek_final = type(self.store) is MemoryStore
         self._closed = False
+        if mode not in ("live", "shadow"):
+            raise ValueError(f"mode must be 'live' or 'shadow', not {mode!r}")
+        self.mode = mode
+        self._shadow = mode == "shadow"
+        if not 0.0 <= audit_rate <= 1.0:
+            raise ValueError(f"audit_rate must be between 0 and 1, got {audit_rate!r}")
+        self._auditor: Auditor | None = None
+        if audit_rate > 0 or self._shadow:
+            # Imported here: a cache that neither audits nor shadows never loads it.
+            from .audit import Auditor
+
+            self._auditor = Auditor(
+                self,
+                rate=audit_rate,
+                compare=audit,
+                on_mismatch=on_mismatch,
+                concurrency=audit_concurrency,
+            )
+        # The hit path tests this one attribute: None unless audits are sampled.
+        self._sampler = self._auditor if audit_rate > 0 else None
+        self.leases = leases
+        self.lease_ttl = lease_ttl
+        self._use_store(self.store)
+        # Called with the seconds of each model call (one per batch); the Prometheus adapter
+        # sets it. Kept to one attribute test so that no-one pays for it when unset.
+        self.on_compute: Callable[[float], None] | None = None
 
     def __repr__(self) -> str:
         return f"DecisionCache(store={self.store!r}, namespace={self.namespace!r})"
 
+    def _use_store(self, store: DecisionStore) -> None:
+        """Point the cache at ``store``: at construction, or before first use (CLI --store)."""
+        self.store = store
+        # The stores' synchronous fast path, when they have one (MemoryStore, TieredStore).
+        self._peek: Callable[[bytes], Entry | None] | None = getattr(store, "peek", None)
+        # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
+        self._peek_final = type(store) is MemoryStore
+        self._leases: Leases | None = None
+        if self.leases:
+            from .lease import Leases, lease_store
+
+            where = lease_store(store)
+            if where is None:
+                logger.warning(
+                    "asyncache: leases=True but %s has no leases; misses are coalesced "
+                    "in this process only",
+                    type(store).__name__,
+                )
+            else:
+                self._leases = Leases(self, where, ttl=self.lease_ttl)
+
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, *, prefix: str = "ASYNCACHE_", **overrides: Any
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        prefix: str = "ASYNCACHE_",
+        **overrides: Any,
     ) -> DecisionCache:
         """A cache configured by ``ASYNCACHE_*`` environment variables.
 
@@ -161,8 +249,8 @@ class DecisionCache:
         Raises:
             ConfigurationError: a variable cannot be parsed or the URL is unknown.
         """
-        from .config import settings_from_env  # noqa: PLC0415 - only deployments need it
-        from .store import open_store  # noqa: PLC0415
+        from .config import settings_from_env
+        from .store import open_store
 
         options = settings_from_env(environ, prefix=prefix)
         options.update(overrides)
@@ -199,6 +287,37 @@ class DecisionCache:
 
     # -- the single-key path ----------------------------------------------
 
+    def hit_now(self, key: bytes) -> Any:
+        """The decoded decision under ``key`` if the store holds it in memory, else ``MISS``.
+
+        The hit path without a coroutine, for the decorator's wrapper: only the
+        store's synchronous ``peek`` is read. Anything it cannot settle (no
+        entry, no ``peek``, a corrupt entry, a disabled cache, shadow mode,
+        audits) is ``MISS``, and ``get_or_compute`` then handles it in full.
+        """
+        peek = self._peek
+        if peek is None or not self.enabled or self._shadow or self._sampler is not None:
+            return MISS
+        entry = peek(key)
+        if entry is None:
+            return MISS
+        value = entry.value
+        try:
+            if value[0] == PLAIN_HEADER and len(value) <= 2048 and self._secret is None:
+                envelope = _loads(value[1:])  # decode_envelope's fast path, without the call
+            else:
+                envelope = decode_envelope(value, key=key, secret=self._secret)
+            result = envelope["v"]
+            saved = envelope["d"] or 0.0
+        except Exception:
+            return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
+        stats = self._stats
+        stats.hits += 1
+        stats.compute_seconds_saved += saved
+        if self.renew_on_hit:
+            self._maybe_renew(key, entry, envelope["t"])
+        return result
+
     async def get_or_compute(
         self, key: bytes, compute: Callable[[], Awaitable[T]], inputs: Any = None
     ) -> T:
@@ -212,9 +331,18 @@ class DecisionCache:
         if not self.enabled:
             self._stats.bypassed += 1
             return await compute()
+        if self._shadow:
+            return await self._shadow_call(key, compute, inputs)
         # The hit path, inlined: no coroutine beyond this one when the store can peek.
         entry = self._peek(key) if self._peek is not None else None
         if entry is None and not self._peek_final:
+            # A computation of this key already running here answers sooner than a store
+            # round trip would, and a stampede then costs the store one lookup, not one each.
+            flight = self._flights.get(key) if self.coalesce else None
+            if flight is not None:
+                self._stats.misses += 1
+                self._stats.coalesced += 1
+                return await self._follow(key, flight, compute, inputs)
             entry = await self._store_get(key)
         if entry is not None:
             try:
@@ -227,15 +355,17 @@ class DecisionCache:
                 stats.compute_seconds_saved += envelope.get("d") or 0.0
                 if self.renew_on_hit:
                     self._maybe_renew(key, entry, envelope.get("t"))
+                if self._sampler is not None:
+                    self._sampler.sample(key, entry.value, compute, inputs)
                 return envelope["v"]  # type: ignore[no-any-return]
         self._stats.misses += 1
         if not self.coalesce:
-            return await self._compute_alone(key, compute, inputs)
+            return await self._compute(key, compute, inputs)
         flight = self._flights.get(key)
         if flight is None:
             flight = self._flights.claim(key)
-            self._flights.start([key], [flight], self._fly(key, flight, compute, inputs))
-            await flight.wait(None)
+            self._flights.launch(flight, self._fly(key, flight, compute, inputs))
+            await flight.done.wait()
             return flight.outcome()  # type: ignore[no-any-return]
         self._stats.coalesced += 1
         return await self._follow(key, flight, compute, inputs)
@@ -280,20 +410,19 @@ class DecisionCache:
     async def _fly(
         self, key: bytes, flight: Flight[Any], compute: Callable[[], Awaitable[Any]], inputs: Any
     ) -> None:
-        started = time.perf_counter()
+        # Every way out finishes the flight: it runs without a done callback (launch()).
         try:
-            result = await compute()
+            value = await self._compute(key, compute, inputs)
         except asyncio.CancelledError:
+            flight.set_error(asyncio.CancelledError("the computation was cancelled"))
             raise
         except BaseException as exc:
-            self._flights.release(key, flight)
             flight.set_error(exc)
-            return
-        seconds = time.perf_counter() - started
-        value = await self.store_result(key, result, inputs=inputs, compute_seconds=seconds)
-        # Later callers find the entry in the store; only current followers need the flight.
-        self._flights.release(key, flight)
-        flight.set_result(value)
+        else:
+            flight.set_result(value)
+        finally:
+            # Later callers find the entry in the store; only current followers need the flight.
+            self._flights.landed(key, flight)
 
     async def _follow(
         self, key: bytes, flight: Flight[Any], compute: Callable[[], Awaitable[T]], inputs: Any
@@ -308,13 +437,60 @@ class DecisionCache:
             self._stats.coalesce_timeouts += 1
         return await self._compute_alone(key, compute, inputs)
 
+    async def _compute(self, key: bytes, compute: Callable[[], Awaitable[T]], inputs: Any) -> T:
+        """Compute and store a miss: under a lease when leases are on."""
+        if self._leases is None:
+            return await self._compute_alone(key, compute, inputs)
+        return await self._leases.run(
+            key, lambda: self._compute_alone(key, compute, inputs), lambda e: self._adopt(key, e)
+        )
+
+    def _adopt(self, key: bytes, entry: Entry) -> Any:
+        """The value of an entry another process stored while we waited on its lease.
+
+        Raises:
+            DecodeError: the entry is corrupt; the caller computes instead.
+        """
+        try:
+            decoded = decode(entry.value, key=key, secret=self._secret)
+        except DecodeError:
+            self._stats.corrupt += 1
+            raise
+        self._stats.compute_seconds_saved += decoded.compute_seconds
+        return decoded.value
+
     async def _compute_alone(
         self, key: bytes, compute: Callable[[], Awaitable[T]], inputs: Any
     ) -> T:
         started = time.perf_counter()
         result = await compute()
         seconds = time.perf_counter() - started
+        if self.on_compute is not None:
+            self.on_compute(seconds)
         return await self.store_result(key, result, inputs=inputs, compute_seconds=seconds)
+
+    async def _shadow_call(self, key: bytes, compute: Callable[[], Awaitable[T]], inputs: Any) -> T:
+        """Shadow mode: compute, compare with what a hit would have served, fill the store."""
+        entry = await self._store_get(key)
+        started = time.perf_counter()
+        fresh = await compute()
+        seconds = time.perf_counter() - started
+        if self.on_compute is not None:
+            self.on_compute(seconds)
+        stored: Decoded | None = None
+        if entry is not None:
+            try:
+                stored = decode(entry.value, key=key, secret=self._secret)
+            except DecodeError as exc:
+                await self._discard_corrupt(key, exc)
+        if stored is None:
+            self._stats.misses += 1
+            await self.store_result(key, fresh, inputs=inputs, compute_seconds=seconds)
+        else:
+            self._stats.shadow_would_hit += 1
+            assert self._auditor is not None  # made with mode="shadow"
+            self._auditor.judge(key, inputs, stored.value, fresh, shadow=True)
+        return fresh
 
     # -- the batch path ----------------------------------------------------
 
@@ -403,15 +579,18 @@ class DecisionCache:
             await self._fly_batch(retry, alone, [first[k] for k in retry], compute, item_inputs)
             outcomes.update(zip(retry, alone, strict=True))
         results: list[Any] = []
-        handed: set[bytes] = set()
+        # Values other callers also hold (flights this batch followed) or that an earlier
+        # item of this batch received are copied: a caller may mutate what it gets.
+        handed: set[bytes] = {key for key, _ in theirs}
         for key in keys:
             if key in found:
                 value: Any = found[key]
             else:
                 flight = outcomes[key]
                 value = flight.error if flight.error is not None else flight.value
-            # Items sharing a key are computed once and copied.
-            results.append(copy.deepcopy(value) if key in handed else value)
+            if key in handed and not isinstance(value, BaseException):
+                value = copy.deepcopy(value)
+            results.append(value)
             handed.add(key)
         return _raise_item_errors(results)
 
@@ -437,7 +616,10 @@ class DecisionCache:
                 self._flights.release(key, flight)
                 flight.set_error(exc)
             return
-        share = (time.perf_counter() - started) / max(len(indices), 1)
+        seconds = time.perf_counter() - started
+        if self.on_compute is not None:
+            self.on_compute(seconds)
+        share = seconds / max(len(indices), 1)
         pending: list[tuple[bytes, bytes, float | None]] = []
         waiting: list[tuple[Flight[Any], Any]] = []
         for key, flight, index, result in zip(keys, flights, indices, results, strict=True):
@@ -472,7 +654,7 @@ class DecisionCache:
         """Encode ``result`` for the store, or ``None`` when it must not be kept."""
         try:
             ttl = self._ttl_for(inputs, result)
-            if (ttl is not None and ttl <= 0) or (
+            if (ttl is not None and not ttl > 0) or (  # NaN too
                 self.admit is not None and self.admit(inputs, result) is False
             ):
                 self._stats.not_admitted += 1
@@ -601,6 +783,38 @@ class DecisionCache:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
+
+    # -- pre-warming ---------------------------------------------------------
+
+    async def warm(
+        self,
+        function: Any,
+        inputs: Iterable[Any] | AsyncIterable[Any],
+        *,
+        concurrency: int = 8,
+        progress: Callable[[WarmSummary], Any] | None = None,
+    ) -> WarmSummary:
+        """Compute ``function`` ahead of traffic for every input not yet stored.
+
+        Args:
+            function: a ``@cached_prediction`` function of this cache.
+            inputs: one item per call: a mapping is keyword arguments, a tuple
+                or list is positional arguments, anything else is the single
+                argument. Read lazily, so it may be a generator or async iterable.
+            concurrency: most calls running at once.
+            progress: ``progress(summary)`` after each input (counts so far).
+
+        Returns:
+            How many inputs were computed, already cached and failed; a failed
+            input is counted and the warm goes on.
+
+        Raises:
+            TypeError: ``function`` is not a ``@cached_prediction`` function.
+            ValueError: it belongs to another cache, or ``concurrency < 1``.
+        """
+        from .warm import warm
+
+        return await warm(self, function, inputs, concurrency=concurrency, progress=progress)
 
     # -- lifecycle and stats ----------------------------------------------
 

@@ -27,6 +27,8 @@ _COUNTERS = (
     "audits",
     "audit_agreed",
     "audit_mismatched",
+    "audits_dropped",
+    "audit_errors",
     "shadow_would_hit",
     "shadow_agreed",
     "shadow_mismatched",
@@ -59,6 +61,8 @@ class CacheStats:
     audits: int
     audit_agreed: int
     audit_mismatched: int
+    audits_dropped: int
+    audit_errors: int
     shadow_would_hit: int
     shadow_agreed: int
     shadow_mismatched: int

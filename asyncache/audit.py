@@ -1,0 +1,165 @@
+"""Audits and shadow comparisons: is what the cache serves still what the model says?
+
+A cache hides mistakes: a wrong decision is served until it expires. With
+``DecisionCache(audit_rate=0.01)`` one hit in a hundred is computed again in
+the background and compared with what was served; ``mode="shadow"`` computes
+every request and compares it with what the cache would have served. Either
+way agreement is counted and ``on_mismatch(inputs, stored, fresh)`` hears of
+every disagreement. The caller's response never waits for an audit and never
+changes because of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from .codec import decode, encode
+from .keys import canonical
+
+if TYPE_CHECKING:
+    from .cache import DecisionCache
+
+__all__ = ["Auditor", "Compare", "MismatchHook", "same_decision"]
+
+logger = logging.getLogger("asyncache")
+
+Compare = Callable[[Any, Any], bool]
+MismatchHook = Callable[[Any, Any, Any], Any]
+
+
+def same_decision(stored: Any, fresh: Any) -> bool:
+    """The default comparison: the two decisions have the same canonical encoding.
+
+    NumPy arrays compare by dtype, shape and bytes, ``NaN`` equals ``NaN``, and
+    a tuple equals the list the store gives back. Values the key encoder does
+    not know fall back to ``==``.
+    """
+    try:
+        return canonical(stored) == canonical(fresh)
+    except (TypeError, ValueError):
+        try:
+            return bool(stored == fresh)
+        except (TypeError, ValueError):
+            return False
+
+
+class Auditor:
+    """Samples hits for audit and judges stored decisions against fresh ones.
+
+    Args:
+        cache: the cache whose counters, background tasks and secret are used.
+        rate: the share of hits audited, from 0 to 1.
+        compare: ``compare(stored, fresh)`` is True when they agree;
+            ``same_decision`` by default. Pass a tolerance for float outputs.
+        on_mismatch: called as ``on_mismatch(inputs, stored, fresh)`` on each
+            disagreement; may be a coroutine function.
+        concurrency: most audits running at once; sampled hits beyond it are
+            dropped and counted in ``audits_dropped``.
+    """
+
+    __slots__ = ("_cache", "compare", "concurrency", "on_mismatch", "rate", "running")
+
+    def __init__(
+        self,
+        cache: DecisionCache,
+        *,
+        rate: float,
+        compare: Compare | None,
+        on_mismatch: MismatchHook | None,
+        concurrency: int,
+    ) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"audit_rate must be between 0 and 1, got {rate!r}")
+        if concurrency < 1:
+            raise ValueError(f"audit_concurrency must be at least 1, got {concurrency!r}")
+        self._cache = cache
+        self.rate = rate
+        self.compare: Compare = same_decision if compare is None else compare
+        self.on_mismatch = on_mismatch
+        self.concurrency = concurrency
+        self.running = 0
+
+    def sample(
+        self, key: bytes, value: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
+    ) -> None:
+        """Maybe audit a hit on ``key`` whose stored envelope is ``value``; never waits."""
+        if random.random() >= self.rate:
+            return
+        cache = self._cache
+        if self.running >= self.concurrency or cache._closed:
+            cache._stats.audits_dropped += 1
+            return
+        self.running += 1
+        cache._spawn(self._audit(key, value, compute, inputs))
+
+    async def _audit(
+        self, key: bytes, value: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
+    ) -> None:
+        cache = self._cache
+        try:
+            # Decoded again here: the caller owns (and may mutate) the copy it was given.
+            stored = decode(value, key=key, secret=cache._secret).value
+            fresh = await compute()
+            self.judge(key, inputs, stored, fresh, shadow=False)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            cache._stats.audit_errors += 1
+            cache._log.warning("audit", "asyncache: an audit failed: %r", exc)
+        finally:
+            self.running -= 1
+
+    def judge(self, key: bytes, inputs: Any, stored: Any, fresh: Any, *, shadow: bool) -> bool:
+        """Compare ``stored`` with ``fresh``, count the outcome and report a mismatch."""
+        stats = self._cache._stats
+        try:
+            agreed = bool(self.compare(stored, self._as_stored(key, fresh)))
+        except Exception as exc:
+            # A comparison that cannot decide is a disagreement worth a look.
+            self._cache._log.warning("compare", "asyncache: the audit comparison raised: %r", exc)
+            agreed = False
+        if shadow:
+            if agreed:
+                stats.shadow_agreed += 1
+            else:
+                stats.shadow_mismatched += 1
+        else:
+            stats.audits += 1
+            if agreed:
+                stats.audit_agreed += 1
+            else:
+                stats.audit_mismatched += 1
+        if not agreed and self.on_mismatch is not None:
+            self._report(inputs, stored, fresh)
+        return agreed
+
+    def _as_stored(self, key: bytes, fresh: Any) -> Any:
+        """``fresh`` as a later hit would return it (tuples become lists...)."""
+        try:
+            value = encode(fresh, ttl=None, created_at=0.0, compute_seconds=0.0, key=key)
+            return decode(value, key=key).value
+        except (TypeError, ValueError):
+            return fresh  # not storable: compare it as it is
+
+    def _report(self, inputs: Any, stored: Any, fresh: Any) -> None:
+        assert self.on_mismatch is not None
+        try:
+            outcome = self.on_mismatch(inputs, stored, fresh)
+        except Exception as exc:
+            self._cache._log.warning("on_mismatch", "asyncache: on_mismatch raised: %r", exc)
+            return
+        if inspect.isawaitable(outcome):
+            self._cache._spawn(self._await_hook(outcome))
+
+    async def _await_hook(self, outcome: Awaitable[Any]) -> None:
+        try:
+            await outcome
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._cache._log.warning("on_mismatch", "asyncache: on_mismatch raised: %r", exc)

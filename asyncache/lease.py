@@ -1,0 +1,183 @@
+"""Leases: one computation of a key across processes and machines.
+
+In-process coalescing runs a miss once per event loop; a fleet of replicas
+would still run it once per replica. With ``DecisionCache(leases=True)`` the
+task that computes a flight first takes a short lease on the key in the shared
+store (a ``LeaseStore``: Redis ``SET NX PX``, an SQLite row):
+
+- it got the lease: compute, ``add`` the decision, release the lease;
+- another process holds it: wait for the decision (the store is notified or
+  polls) for up to the lease's time, and use it when it appears;
+- the lease went away without a decision (its owner died, or its result was
+  not stored): take the lease over. The store's atomic acquire lets exactly
+  one waiter win; the others go back to waiting.
+
+A store failure at any step is counted and logged like every store failure,
+and the prediction is computed without a lease: leases may cost a duplicate
+computation, never a failed one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import DecodeError
+from .store import Entry, LeaseStore
+
+if TYPE_CHECKING:
+    from .cache import DecisionCache
+
+__all__ = ["Leases", "lease_store"]
+
+T = TypeVar("T")
+
+# A store call that failed: distinct from ``None`` (no entry) and ``False`` (not acquired).
+_FAILED: Any = object()
+
+
+class Leases:
+    """Takes, waits on and releases the leases of one cache's flights.
+
+    Args:
+        cache: the cache whose store, counters and failure accounting are used.
+        store: where the leases live: the cache's store, or a tier's shared L2.
+        ttl: seconds a lease lives. Keep it above the slowest computation: a
+            computation that outlives its lease lets a waiter take over.
+    """
+
+    __slots__ = ("_cache", "_store", "ttl")
+
+    def __init__(self, cache: DecisionCache, store: LeaseStore, *, ttl: float) -> None:
+        if not ttl > 0:
+            raise ValueError(f"lease_ttl must be positive, got {ttl!r}")
+        self._cache = cache
+        self._store = store
+        self.ttl = float(ttl)
+
+    async def run(
+        self, key: bytes, work: Callable[[], Awaitable[T]], adopt: Callable[[Entry], T]
+    ) -> T:
+        """Run ``work`` (compute and add) under the lease on ``key``, or adopt another's entry.
+
+        ``adopt`` turns an entry another process stored into the caller's value;
+        it raises ``DecodeError`` when the entry cannot be used, and then
+        ``work`` runs after all.
+        """
+        token, entry = await self._claim(key)
+        if entry is not None:
+            try:
+                return adopt(entry)
+            except DecodeError:
+                pass
+        try:
+            return await work()
+        finally:
+            if token is not None:
+                await self._release(key, token)
+
+    async def _claim(self, key: bytes) -> tuple[bytes | None, Entry | None]:
+        """Take the lease (``token``), or wait for another's entry (``entry``).
+
+        ``(None, None)`` means: compute without a lease (a store failure, or a
+        wait longer than the cache's ``coalesce_timeout``).
+        """
+        token = os.urandom(16)
+        acquired = await self._acquire(key, token)
+        if acquired is _FAILED:
+            return None, None
+        if acquired:
+            return await self._recheck(key, token)
+        stats = self._cache._stats
+        stats.lease_waits += 1
+        started = time.monotonic()
+        limit = self._cache.coalesce_timeout
+        deadline = None if limit is None else started + limit
+        try:
+            while True:
+                wait = self.ttl
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        stats.coalesce_timeouts += 1
+                        return None, None
+                entry = await self._wait(key, wait)
+                if entry is _FAILED:
+                    return None, None
+                if entry is not None:
+                    return None, entry
+                # No entry and (the store says) no lease: its owner is gone. The
+                # acquire is atomic, so exactly one waiter takes over.
+                acquired = await self._acquire(key, token)
+                if acquired is _FAILED:
+                    return None, None
+                if acquired:
+                    token_or_none, entry = await self._recheck(key, token)
+                    if token_or_none is not None:
+                        stats.lease_takeovers += 1
+                    return token_or_none, entry
+        finally:
+            stats.lease_wait_seconds += time.monotonic() - started
+
+    async def _recheck(self, key: bytes, token: bytes) -> tuple[bytes | None, Entry | None]:
+        """Look once more after acquiring: the last owner may have stored and released
+        between our miss and our acquire, and its decision must not be computed again."""
+        entry = await self._cache._store_get(key)
+        if entry is not None:
+            await self._release(key, token)
+            return None, entry
+        return token, None
+
+    async def _acquire(self, key: bytes, token: bytes) -> Any:
+        store, ttl = self._store, self.ttl
+        return await self._call(
+            "acquire_lease", self._cache.store_timeout, lambda: store.acquire_lease(key, token, ttl)
+        )
+
+    async def _release(self, key: bytes, token: bytes) -> None:
+        # If this fails the lease simply expires after its ttl.
+        store = self._store
+        await self._call(
+            "release_lease", self._cache.store_timeout, lambda: store.release_lease(key, token)
+        )
+
+    async def _wait(self, key: bytes, wait: float) -> Any:
+        store, slack = self._store, self._cache.store_timeout
+        return await self._call(
+            "wait_for_entry",
+            None if slack is None else wait + slack,
+            lambda: store.wait_for_entry(key, wait),
+        )
+
+    async def _call(
+        self,
+        what: str,
+        timeout: float | None,  # noqa: ASYNC109 - each lease step has its own bound
+        call: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        """One lease call; a failure or timeout is ``_FAILED``, counted and logged."""
+        cache = self._cache
+        if cache._skip_until and time.monotonic() < cache._skip_until:
+            return _FAILED  # the store is cooling down after repeated failures
+        try:
+            async with asyncio.timeout(timeout):
+                return await call()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            cache._store_failed(what, exc)
+            return _FAILED
+
+
+def lease_store(store: object) -> LeaseStore | None:
+    """Where ``store``'s leases live: the store itself, a tier's shared L2, or ``None``."""
+    if isinstance(store, LeaseStore):
+        return store
+    # A TieredStore's L1 is private to this process; the fleet meets in its L2.
+    l2 = getattr(store, "l2", None)
+    if isinstance(l2, LeaseStore):
+        return l2
+    return None

@@ -1,0 +1,310 @@
+"""Leases: one computation per key across processes, takeover of a dead owner's lease."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from asyncache import DecisionCache, MemoryStore, cached_prediction, open_store
+from asyncache.tiered import TieredStore
+
+from .servers import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+# A hang guard for child processes, never a timing assertion.
+CHILD_TIMEOUT = 240
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a store every process of a test shares."""
+    if request.param == "sqlite":
+        # A contended host: writers may wait long for the lock rather than fail over to computing.
+        return f"sqlite:///{tmp_path / 'fleet.db'}?busy_timeout=30"
+    pytest.importorskip("redis")
+    redis_url: str = request.getfixturevalue("redis_url")
+    prefix: str = request.getfixturevalue("redis_prefix")
+    return f"{redis_url}?prefix={prefix}"
+
+
+# -- in one process: caches that share nothing but the store -----------------
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while True:
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+
+
+def _predictor(cache: DecisionCache, runs: list[str], gate: asyncio.Event | None, who: str) -> Any:
+    @cached_prediction(cache, namespace="predict")
+    async def predict(x: int) -> dict[str, Any]:
+        runs.append(who)
+        if gate is not None:
+            await gate.wait()
+        return {"x": x, "by": who}
+
+    return predict
+
+
+async def test_second_cache_waits_for_the_first(store_url: str) -> None:
+    runs: list[str] = []
+    gate = asyncio.Event()
+    async with (
+        DecisionCache(open_store(store_url), leases=True, lease_ttl=30) as first,
+        DecisionCache(open_store(store_url), leases=True, lease_ttl=30) as second,
+    ):
+        a = _predictor(first, runs, gate, "first")
+        b = _predictor(second, runs, None, "second")
+        owner = asyncio.create_task(a(1))
+        await _until(lambda: runs == ["first"])
+        waiters = [asyncio.create_task(b(1)) for _ in range(5)]
+        await _until(lambda: second.stats()["lease_waits"] > 0)
+        assert not any(task.done() for task in waiters)
+        gate.set()
+        results = [await owner, *[await task for task in waiters]]
+        assert runs == ["first"]
+        assert all(result == {"x": 1, "by": "first"} for result in results)
+        stats = second.stats()
+        assert stats["lease_waits"] == 1  # one flight, so one wait for the five callers
+        assert stats["lease_takeovers"] == 0
+        assert stats["lease_wait_seconds"] > 0
+        assert stats["errors"] == 0
+
+
+async def test_exactly_one_waiter_takes_over_an_abandoned_lease(store_url: str) -> None:
+    runs: list[str] = []
+    key_store = open_store(store_url)
+    async with (
+        DecisionCache(key_store, leases=True, lease_ttl=30) as probe,
+        DecisionCache(open_store(store_url), leases=True, lease_ttl=30) as b_cache,
+        DecisionCache(open_store(store_url), leases=True, lease_ttl=30) as c_cache,
+    ):
+        key = _predictor(probe, runs, None, "probe").key(7)
+        # An owner that took the lease and died: nobody will ever release it.
+        assert await key_store.acquire_lease(key, b"dead-owner", 0.5)  # type: ignore[attr-defined]
+        b = _predictor(b_cache, runs, None, "b")
+        c = _predictor(c_cache, runs, None, "c")
+        results = await asyncio.gather(*[b(7) for _ in range(3)], *[c(7) for _ in range(3)])
+        assert len(runs) == 1
+        assert len({result["by"] for result in results}) == 1
+        takeovers = b_cache.stats()["lease_takeovers"] + c_cache.stats()["lease_takeovers"]
+        assert takeovers == 1
+        assert b_cache.stats()["lease_waits"] == 1
+        assert c_cache.stats()["lease_waits"] == 1
+
+
+async def test_a_tier_takes_its_leases_in_the_shared_level(tmp_path: Path) -> None:
+    runs: list[str] = []
+    gate = asyncio.Event()
+    url = f"sqlite:///{tmp_path / 'tier.db'}"
+    async with (
+        DecisionCache(TieredStore(MemoryStore(), open_store(url)), leases=True) as first,
+        DecisionCache(TieredStore(MemoryStore(), open_store(url)), leases=True) as second,
+    ):
+        a = _predictor(first, runs, gate, "first")
+        b = _predictor(second, runs, None, "second")
+        owner = asyncio.create_task(a(3))
+        await _until(lambda: bool(runs))
+        waiter = asyncio.create_task(b(3))
+        await _until(lambda: second.stats()["lease_waits"] > 0)
+        gate.set()
+        assert await owner == await waiter == {"x": 3, "by": "first"}
+        assert runs == ["first"]
+
+
+async def test_without_coalescing_each_call_takes_the_lease(tmp_path: Path) -> None:
+    runs: list[str] = []
+    url = f"sqlite:///{tmp_path / 'alone.db'}"
+    async with DecisionCache(open_store(url), leases=True, coalesce=False) as cache:
+        predict = _predictor(cache, runs, None, "alone")
+        results = await asyncio.gather(*[predict(2) for _ in range(5)])
+        assert runs == ["alone"]
+        assert results == [{"x": 2, "by": "alone"}] * 5
+        assert cache.stats()["lease_waits"] == 4
+
+
+async def test_callers_during_a_flight_do_not_query_the_store(redis_url: str) -> None:
+    pytest.importorskip("redis")
+    runs: list[str] = []
+    gate = asyncio.Event()
+    async with DecisionCache(open_store(redis_url + "?prefix=asyncache-test:flight:")) as cache:
+        predict = _predictor(cache, runs, gate, "one")
+        first = asyncio.create_task(predict(1))
+        await _until(lambda: bool(runs))
+        reads = cache.stats()["store"]["reads"]
+        later = [asyncio.create_task(predict(1)) for _ in range(20)]
+        await _until(lambda: cache.stats()["coalesced"] == 20)
+        gate.set()
+        assert {r["by"] for r in await asyncio.gather(first, *later)} == {"one"}
+        # They joined the running flight without a store round trip each.
+        assert cache.stats()["store"]["reads"] == reads
+        await cache.store.clear()
+
+
+async def test_leases_without_a_lease_store_only_coalesce(caplog: pytest.LogCaptureFixture) -> None:
+    runs: list[str] = []
+    with caplog.at_level(logging.WARNING, logger="asyncache"):
+        cache = DecisionCache(MemoryStore(), leases=True)
+    assert "has no leases" in caplog.text
+    async with cache:
+        predict = _predictor(cache, runs, None, "only")
+        assert await asyncio.gather(predict(1), predict(1)) == [{"x": 1, "by": "only"}] * 2
+        assert runs == ["only"]
+
+
+async def test_a_dead_store_never_fails_a_prediction(redis_server: RedisServer) -> None:
+    pytest.importorskip("redis")
+    url = f"{redis_server.url}?retries=0&socket_connect_timeout=0.5&socket_timeout=0.5"
+    runs: list[str] = []
+    async with DecisionCache(open_store(url), leases=True, store_timeout=2.0) as cache:
+
+        @cached_prediction(cache, namespace="predict")
+        async def predict(x: int) -> int:
+            runs.append("run")
+            if x == 1:
+                # The store dies while this process holds the lease: add and release fail.
+                redis_server.kill()
+            return x * 10
+
+        assert await predict(1) == 10
+        # Now every lease step fails from the start.
+        assert await predict(2) == 20
+        assert runs == ["run", "run"]
+        assert cache.stats()["errors"] >= 3
+
+
+# -- across processes ----------------------------------------------------------
+
+
+def _spawn(
+    tmp_path: Path, name: str, store: str, go: Path, **options: Any
+) -> subprocess.Popen[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "tests.lease_worker",
+        "--store",
+        store,
+        "--runs",
+        str(tmp_path / "runs.log"),
+        "--ready",
+        str(tmp_path / f"{name}.ready"),
+        "--go",
+        str(go),
+        "--out",
+        str(tmp_path / f"{name}.json"),
+    ]
+    for option, value in options.items():
+        command += [f"--{option.replace('_', '-')}", str(value)]
+    return subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _wait_for(paths: list[Path], processes: list[subprocess.Popen[str]]) -> None:
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    while not all(path.exists() for path in paths):
+        for process in processes:
+            if process.poll() is not None:
+                raise AssertionError(f"a worker exited early:\n{process.communicate()[0]}")
+        if time.monotonic() > deadline:
+            raise AssertionError("the workers did not get ready")
+        time.sleep(0.01)
+
+
+def _finish(process: subprocess.Popen[str]) -> str:
+    """Wait for a worker; its output (the store failures it logged) for the failure messages."""
+    try:
+        output, _ = process.communicate(timeout=CHILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        raise AssertionError(f"a worker hung:\n{output}") from None
+    assert process.returncode == 0, output
+    return output
+
+
+def _runs(tmp_path: Path) -> Counter[int]:
+    lines = (tmp_path / "runs.log").read_text().split()
+    return Counter(int(key) for key in lines[1::2])
+
+
+@pytest.fixture
+def reap() -> Iterator[list[subprocess.Popen[str]]]:
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+@pytest.mark.slow
+def test_four_processes_compute_each_key_once(
+    store_url: str, tmp_path: Path, reap: list[subprocess.Popen[str]]
+) -> None:
+    go = tmp_path / "go"
+    names = [f"worker{i}" for i in range(4)]
+    reap += [_spawn(tmp_path, name, store_url, go, keys=20, per_key=50) for name in names]
+    _wait_for([tmp_path / f"{name}.ready" for name in names], reap)
+    go.touch()
+    logged = "".join(_finish(process) for process in reap)
+    reports = [json.loads((tmp_path / f"{name}.json").read_text()) for name in names]
+    # A store failure computes without a lease (by design): none may happen here.
+    assert all(report["stats"]["errors"] == 0 for report in reports), logged
+    takeovers = sum(report["stats"]["lease_takeovers"] for report in reports)
+    runs = _runs(tmp_path)
+    assert set(runs) == set(range(20))
+    assert all(count <= 1 + takeovers for count in runs.values()), (runs, reports, logged)
+    for key in map(str, range(20)):
+        # Every caller in every process got the same decision.
+        nonces = {nonce for report in reports for nonce in report["decisions"][key]}
+        assert len(nonces) == 1, (key, nonces)
+    assert all(report["calls"] == 1000 for report in reports)
+    assert sum(report["stats"]["lease_waits"] for report in reports) > 0
+
+
+@pytest.mark.slow
+def test_a_killed_owner_is_taken_over(
+    store_url: str, tmp_path: Path, reap: list[subprocess.Popen[str]]
+) -> None:
+    owner_go, others_go = tmp_path / "go-owner", tmp_path / "go-others"
+    lease_ttl = 3.0
+    owner = _spawn(
+        tmp_path, "owner", store_url, owner_go, keys=1, per_key=5, compute=600, lease_ttl=lease_ttl
+    )
+    others = [
+        _spawn(tmp_path, name, store_url, others_go, keys=1, per_key=10, lease_ttl=lease_ttl)
+        for name in ("b", "c")
+    ]
+    reap += [owner, *others]
+    _wait_for([tmp_path / f"{name}.ready" for name in ("owner", "b", "c")], reap)
+    owner_go.touch()
+    # The owner holds the lease once its model runs.
+    _wait_for([tmp_path / "runs.log"], reap)
+    others_go.touch()
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.communicate()
+    for process in others:
+        _finish(process)
+    reports = [json.loads((tmp_path / f"{name}.json").read_text()) for name in ("b", "c")]
+    assert sum(report["stats"]["lease_takeovers"] for report in reports) == 1
+    # The dead owner's run, then exactly one more.
+    assert _runs(tmp_path) == Counter({0: 2})
+    nonces = {nonce for report in reports for nonce in report["decisions"]["0"]}
+    assert len(nonces) == 1
+    assert all(report["stats"]["errors"] == 0 for report in reports)
