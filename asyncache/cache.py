@@ -5,10 +5,9 @@ stored envelope and returns; a miss joins or starts the flight for its key; a
 flight computes once, decides whether to keep the result (ttl, ``admit``,
 size), adds it, and hands every caller the decision that won the ``add``.
 
-The cache never makes a prediction fail: a store that raises or times out is a
-miss or a skipped write, counted and logged at a bounded rate, and after
-``failure_threshold`` failures in a row the store is left alone for
-``failure_cooldown`` seconds.
+The cache never makes a prediction fail: every store call goes through a
+``StoreGuard`` (``asyncache.guard``), which turns a store that raises or times
+out into a miss or a skipped write. The batch path lives in ``asyncache.batch``.
 """
 
 from __future__ import annotations
@@ -17,13 +16,11 @@ import asyncio
 import copy
 import logging
 import time
-import types
 from collections.abc import (
     AsyncIterable,
     Awaitable,
     Callable,
     Coroutine,
-    Generator,
     Iterable,
     Mapping,
     Sequence,
@@ -32,9 +29,11 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import orjson
 
+from .batch import get_or_compute_many as _get_or_compute_many
 from .codec import PLAIN_HEADER, Decoded, decode, decode_envelope, encode, normalize_secret
 from .errors import DecodeError
 from .flight import Flight, FlightTable
+from .guard import StoreGuard
 from .keys import KeyBuilder
 from .memory import MemoryStore
 from .stats import CacheStats, RateLimitedLog
@@ -58,32 +57,6 @@ AdmitHook = Callable[[Any, Any], bool]
 Fingerprint = str | Mapping[str, Any] | None
 
 
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
-    """Drive a coroutine that already ran to its first suspension.
-
-    Stores like MemoryStore answer without suspending; starting their coroutine
-    by hand lets those answers skip the timeout machinery entirely, and only a
-    store that really waits pays for ``asyncio.timeout``.
-    """
-    while True:
-        try:
-            sent = yield yielded
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-
-
 class DecisionCache:
     """Caches model decisions in a store and runs each miss once.
 
@@ -101,7 +74,9 @@ class DecisionCache:
         admit: ``admit(inputs, result) is False`` stores nothing (a degraded
             or fallback answer).
         max_entry_bytes: encoded decisions larger than this are not stored.
-        store_timeout: seconds a store call may take before it is a miss.
+        store_timeout: seconds a store call may take before it is a miss; a
+            store with ``enforces_timeouts`` (see ``DecisionStore``) is
+            bounded by its own timeouts instead.
         secret: HMAC key; entries without a valid tag are misses.
         enabled: ``False`` computes every call and touches no store.
         failure_threshold: store failures in a row before the cool-down.
@@ -165,20 +140,23 @@ class DecisionCache:
         self.coalesce_timeout = coalesce_timeout
         self.admit = admit
         self.max_entry_bytes = max_entry_bytes
-        self.store_timeout = store_timeout
         self.enabled = enabled
-        self.failure_threshold = failure_threshold
-        self.failure_cooldown = failure_cooldown
         self.max_background = max_background
         self._secret = normalize_secret(secret)
         self._stats = CacheStats()
+        self._log = RateLimitedLog(logger)
+        self._guard = StoreGuard(
+            self.store,
+            timeout=store_timeout,
+            failure_threshold=failure_threshold,
+            failure_cooldown=failure_cooldown,
+            stats=self._stats,
+            log=self._log,
+        )
         self._flights: FlightTable[Any] = FlightTable()
         self._builders: dict[tuple[str, str], KeyBuilder] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._renewing: set[bytes] = set()
-        self._failures = 0
-        self._skip_until = 0.0
-        self._log = RateLimitedLog(logger)
         self._unencodable_warned: set[str] = set()
         self._closed = False
         if mode not in ("live", "shadow"):
@@ -211,9 +189,39 @@ class DecisionCache:
     def __repr__(self) -> str:
         return f"DecisionCache(store={self.store!r}, namespace={self.namespace!r})"
 
+    # The guard's settings, kept as the cache's own: they may be changed on a live cache.
+
+    @property
+    def store_timeout(self) -> float | None:
+        """Seconds a store call may take before it is a miss."""
+        return self._guard.timeout
+
+    @store_timeout.setter
+    def store_timeout(self, seconds: float | None) -> None:
+        self._guard.timeout = seconds
+
+    @property
+    def failure_threshold(self) -> int:
+        """Store failures in a row before the cool-down."""
+        return self._guard.failure_threshold
+
+    @failure_threshold.setter
+    def failure_threshold(self, failures: int) -> None:
+        self._guard.failure_threshold = failures
+
+    @property
+    def failure_cooldown(self) -> float:
+        """Seconds the store is skipped after ``failure_threshold`` failures."""
+        return self._guard.failure_cooldown
+
+    @failure_cooldown.setter
+    def failure_cooldown(self, seconds: float) -> None:
+        self._guard.failure_cooldown = seconds
+
     def _use_store(self, store: DecisionStore) -> None:
         """Point the cache at ``store``: at construction, or before first use (CLI --store)."""
         self.store = store
+        self._guard.use(store)
         # The stores' synchronous fast path, when they have one (MemoryStore, TieredStore).
         self._peek: Callable[[bytes], Entry | None] | None = getattr(store, "peek", None)
         # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
@@ -380,13 +388,17 @@ class DecisionCache:
             entry = await self._store_get(key)
             if entry is None:
                 return None
+        return await self._decode_hit(key, entry)
+
+    async def _decode_hit(self, key: bytes, entry: Entry, uses: int = 1) -> Decoded | None:
+        """Decode a stored entry and count ``uses`` hits on it; a corrupt one is dropped."""
         try:
             decoded = decode(entry.value, key=key, secret=self._secret)
         except DecodeError as exc:
             await self._discard_corrupt(key, exc)
             return None
-        self._stats.hits += 1
-        self._stats.compute_seconds_saved += decoded.compute_seconds
+        self._stats.hits += uses
+        self._stats.compute_seconds_saved += decoded.compute_seconds * uses
         if self.renew_on_hit:
             self._maybe_renew(key, entry, decoded.ttl)
         return decoded
@@ -404,7 +416,7 @@ class DecisionCache:
         if prepared is None:
             return result
         value, expires_at = prepared
-        entry = await self._store_call("add", lambda: self.store.add(key, value, expires_at))
+        entry = await self._guard.call("add", lambda: self.store.add(key, value, expires_at))
         return self._winner(key, value, entry, result)  # type: ignore[no-any-return]
 
     async def _fly(
@@ -513,132 +525,7 @@ class DecisionCache:
             BaseException: the first failed item's exception, after every other
                 item was stored.
         """
-        count = len(keys)
-        item_inputs: Sequence[Any] = inputs if inputs is not None else [None] * count
-        if not self.enabled:
-            self._stats.bypassed += count
-            return _raise_item_errors(list(await compute(list(range(count)))))
-        first: dict[bytes, int] = {}
-        uses: dict[bytes, int] = {}
-        for index, key in enumerate(keys):
-            first.setdefault(key, index)
-            uses[key] = uses.get(key, 0) + 1
-        unique = list(first)
-        found: dict[bytes, Any] = {}
-        entries = await self._store_call("get_many", lambda: self.store.get_many(unique))
-        for key, entry in zip(unique, entries or [None] * len(unique), strict=True):
-            if entry is None:
-                continue
-            try:
-                decoded = decode(entry.value, key=key, secret=self._secret)
-            except DecodeError as exc:
-                await self._discard_corrupt(key, exc)
-                continue
-            found[key] = decoded.value
-            self._stats.hits += uses[key]
-            self._stats.compute_seconds_saved += decoded.compute_seconds * uses[key]
-            if self.renew_on_hit:
-                self._maybe_renew(key, entry, decoded.ttl)
-        missing = [key for key in unique if key not in found]
-        self._stats.misses += sum(uses[key] for key in missing)
-        # Claim every unclaimed key before awaiting anything: never wait on our own keys.
-        own: list[bytes] = []
-        own_flights: list[Flight[Any]] = []
-        theirs: list[tuple[bytes, Flight[Any]]] = []
-        for key in missing:
-            flight = self._flights.get(key) if self.coalesce else None
-            if flight is not None:
-                self._stats.coalesced += 1
-                theirs.append((key, flight))
-                continue
-            flight = self._flights.claim(key) if self.coalesce else Flight()
-            own.append(key)
-            own_flights.append(flight)
-        if own:
-            work = self._fly_batch(own, own_flights, [first[k] for k in own], compute, item_inputs)
-            if self.coalesce:
-                self._flights.start(own, own_flights, work)
-            else:
-                await work
-        outcomes: dict[bytes, Flight[Any]] = {}
-        for key, flight in zip(own, own_flights, strict=True):
-            await flight.wait(None)
-            outcomes[key] = flight
-        retry: list[bytes] = []
-        for key, flight in theirs:
-            done = await flight.wait(self.coalesce_timeout)
-            if not done:
-                self._stats.coalesce_timeouts += 1
-            if done and flight.shared and not isinstance(flight.error, asyncio.CancelledError):
-                outcomes[key] = flight
-            else:
-                retry.append(key)
-        if retry:
-            # Their owners were too slow or refused to share: compute these ourselves.
-            alone = [Flight[Any]() for _ in retry]
-            await self._fly_batch(retry, alone, [first[k] for k in retry], compute, item_inputs)
-            outcomes.update(zip(retry, alone, strict=True))
-        results: list[Any] = []
-        # Values other callers also hold (flights this batch followed) or that an earlier
-        # item of this batch received are copied: a caller may mutate what it gets.
-        handed: set[bytes] = {key for key, _ in theirs}
-        for key in keys:
-            if key in found:
-                value: Any = found[key]
-            else:
-                flight = outcomes[key]
-                value = flight.error if flight.error is not None else flight.value
-            if key in handed and not isinstance(value, BaseException):
-                value = copy.deepcopy(value)
-            results.append(value)
-            handed.add(key)
-        return _raise_item_errors(results)
-
-    async def _fly_batch(
-        self,
-        keys: list[bytes],
-        flights: list[Flight[Any]],
-        indices: list[int],
-        compute: Callable[[list[int]], Awaitable[Sequence[Any]]],
-        inputs: Sequence[Any],
-    ) -> None:
-        started = time.perf_counter()
-        try:
-            results = list(await compute(indices))
-            if len(results) != len(indices):
-                raise ValueError(
-                    f"the model returned {len(results)} results for {len(indices)} items"
-                )
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            for key, flight in zip(keys, flights, strict=True):
-                self._flights.release(key, flight)
-                flight.set_error(exc)
-            return
-        seconds = time.perf_counter() - started
-        if self.on_compute is not None:
-            self.on_compute(seconds)
-        share = seconds / max(len(indices), 1)
-        pending: list[tuple[bytes, bytes, float | None]] = []
-        waiting: list[tuple[Flight[Any], Any]] = []
-        for key, flight, index, result in zip(keys, flights, indices, results, strict=True):
-            self._flights.release(key, flight)
-            if isinstance(result, BaseException):
-                flight.set_error(result)
-                continue
-            prepared = self._prepare(key, result, inputs[index], share)
-            if prepared is None:
-                flight.set_result(result)
-                continue
-            pending.append((key, *prepared))
-            waiting.append((flight, result))
-        if not pending:
-            return
-        added = await self._store_call("add_many", lambda: self.store.add_many(pending))
-        winners: list[Entry | None] = list(added) if added else [None] * len(pending)
-        for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
-            flight.set_result(self._winner(key, value, entry, result))
+        return await _get_or_compute_many(self, keys, compute, inputs)
 
     # -- admission and storing --------------------------------------------
 
@@ -707,48 +594,7 @@ class DecisionCache:
     # -- talking to the store ---------------------------------------------
 
     async def _store_get(self, key: bytes) -> Entry | None:
-        return await self._store_call("get", lambda: self.store.get(key))
-
-    async def _store_call(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
-        """Run one store call with the timeout; a failure is ``None``, counted and logged."""
-        if self._skip_until:
-            if time.monotonic() < self._skip_until:
-                return None
-            self._skip_until = 0.0
-        try:
-            awaitable = call()
-            if isinstance(awaitable, Coroutine):
-                try:
-                    yielded = awaitable.send(None)
-                except StopIteration as stop:
-                    result: T = stop.value
-                else:
-                    async with asyncio.timeout(self.store_timeout):
-                        result = await _resume(awaitable, yielded)
-            else:
-                async with asyncio.timeout(self.store_timeout):
-                    result = await awaitable
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._store_failed(what, exc)
-            return None
-        self._failures = 0
-        return result
-
-    def _store_failed(self, what: str, exc: Exception) -> None:
-        self._stats.errors += 1
-        self._failures += 1
-        reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
-        self._log.warning(what, "asyncache: store %s %s; treated as a miss", what, reason)
-        if self._failures >= self.failure_threshold:
-            self._skip_until = time.monotonic() + self.failure_cooldown
-            self._log.warning(
-                "cooldown",
-                "asyncache: %d store failures in a row; skipping the store for %.1fs",
-                self._failures,
-                self.failure_cooldown,
-            )
+        return await self._guard.call("get", lambda: self.store.get(key))
 
     async def _discard_corrupt(self, key: bytes, exc: DecodeError) -> None:
         self._stats.corrupt += 1
@@ -756,7 +602,7 @@ class DecisionCache:
         delete = getattr(self.store, "delete", None)
         if delete is not None:
             # Awaited, not backgrounded: the add that follows must not find it.
-            await self._store_call("delete", lambda: delete(key))
+            await self._guard.call("delete", lambda: delete(key))
 
     def _maybe_renew(self, key: bytes, entry: Entry, ttl: float | None) -> None:
         if ttl is None or ttl <= 0 or entry.expires_at is None:
@@ -771,7 +617,7 @@ class DecisionCache:
 
     async def _renew(self, key: bytes, expires_at: float) -> None:
         try:
-            renewed = await self._store_call("renew", lambda: self.store.renew(key, expires_at))
+            renewed = await self._guard.call("renew", lambda: self.store.renew(key, expires_at))
             if renewed:
                 self._stats.renewals += 1
         finally:
@@ -840,10 +686,3 @@ class DecisionCache:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         await self._flights.aclose()
         await self.store.aclose()
-
-
-def _raise_item_errors(results: list[Any]) -> list[Any]:
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results

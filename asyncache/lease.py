@@ -159,8 +159,8 @@ class Leases:
         call: Callable[[], Awaitable[Any]],
     ) -> Any:
         """One lease call; a failure or timeout is ``_FAILED``, counted and logged."""
-        cache = self._cache
-        if cache._skip_until and time.monotonic() < cache._skip_until:
+        guard = self._cache._guard
+        if guard.cooling():
             return _FAILED  # the store is cooling down after repeated failures
         try:
             async with asyncio.timeout(timeout):
@@ -168,7 +168,7 @@ class Leases:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            cache._store_failed(what, exc)
+            guard.failed(what, exc)
             return _FAILED
 
 

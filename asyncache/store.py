@@ -34,6 +34,13 @@ class DecisionStore(Protocol):
 
     Every method is safe under concurrent use from one event loop; persistent
     stores are also safe across processes. Expired entries are never returned.
+
+    A store may also have an ``enforces_timeouts`` attribute (optional, not a
+    member of the protocol). ``True`` promises that every call ends, returning
+    or raising, within bounds the store keeps itself (a ``RedisStore`` from
+    ``from_url``: socket, connect and pool timeouts); the engine then does not
+    time its calls with ``store_timeout``, which saves a timer on every call.
+    A cache reads it once, when it starts using the store.
     """
 
     async def get(self, key: bytes) -> Entry | None:

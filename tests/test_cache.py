@@ -397,7 +397,7 @@ async def test_the_store_is_tried_again_after_the_cooldown() -> None:
     model = Calls("ok")
     await cache.get_or_compute(K1, model)  # two failures: cool-down
     store.fault = None  # the server came back
-    skipped_until = cache._skip_until
+    skipped_until = cache._guard.skip_until
     await asyncio.sleep(0.02)  # let the cool-down pass (not a timing assertion)
     assert time.monotonic() > skipped_until
     assert await cache.get_or_compute(K1, model) == "ok"  # computes, and stores this time

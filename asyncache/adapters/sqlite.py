@@ -12,7 +12,8 @@ of one event-loop iteration, into one ``WHERE key IN (...)`` query. A lone hit
 so costs one thread hop and 64 concurrent hits cost two, not 64. Adds made in
 one iteration go as one multi-row upsert.
 
-Layout (schema version 1, kept in ``PRAGMA user_version``)::
+Layout (schema version 1, kept in ``PRAGMA user_version``; created and
+checked by ``_sqlite_schema``)::
 
     asyncache_entries (key BLOB PRIMARY KEY, value BLOB, expires_at REAL NULL)
     asyncache_leases  (key BLOB PRIMARY KEY, token BLOB, expires_at REAL)
@@ -27,9 +28,8 @@ import math
 import os
 import sqlite3
 import time
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
-from typing import Any, Generic, Self, TypeVar
+from collections.abc import Coroutine, Sequence
+from typing import Any, Self, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 try:
@@ -37,31 +37,14 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("SQLiteStore needs: pip install 'asyncache-ml[sqlite]'") from exc
 
-from ..errors import ConfigurationError, SchemaVersionError, StoreError
+from ..errors import ConfigurationError, StoreError
 from ..store import Entry
+from ._sqlite_batch import Batch, Batcher, next_iteration
+from ._sqlite_schema import MEMORY, SCHEMA_VERSION, create_private, prepare
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 logger = logging.getLogger("asyncache.sqlite")
-
-SCHEMA_VERSION = 1
-"""The layout this module writes; a file with a higher ``user_version`` is refused."""
-
-_SCHEMA = (
-    # A rowid table: its rowid keeps insertion order for entries without expiry,
-    # and large values sit in the table, not in the key's index.
-    """CREATE TABLE IF NOT EXISTS asyncache_entries (
-        key BLOB PRIMARY KEY NOT NULL,
-        value BLOB NOT NULL,
-        expires_at REAL
-    )""",
-    "CREATE INDEX IF NOT EXISTS asyncache_entries_expires_at ON asyncache_entries (expires_at)",
-    """CREATE TABLE IF NOT EXISTS asyncache_leases (
-        key BLOB PRIMARY KEY NOT NULL,
-        token BLOB NOT NULL,
-        expires_at REAL NOT NULL
-    ) WITHOUT ROWID""",
-)
 
 # Keys bound per statement, far under SQLITE_MAX_VARIABLE_NUMBER (32766 since 3.32).
 _GET_CHUNK = 4096
@@ -118,109 +101,8 @@ FROM (SELECT 1) LEFT JOIN asyncache_entries AS e
     ON e.key = ?2 AND (e.expires_at IS NULL OR e.expires_at > ?1)"""
 
 _SYNCHRONOUS = ("NORMAL", "FULL")
-_MEMORY = ":memory:"
 
-ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
-
-
-class _Batch(Generic[ItemT, ResultT]):
-    """The calls gathered in one loop iteration: the leader's item, then followers'."""
-
-    __slots__ = ("futures", "items")
-
-    def __init__(self, item: ItemT) -> None:
-        self.items: list[ItemT] = [item]
-        self.futures: list[asyncio.Future[ResultT]] = []
-
-
-class _Batcher(Generic[ItemT, ResultT]):
-    """Gathers the calls made in one event-loop iteration into one call of ``run``.
-
-    The first caller leads: it opens a batch, yields once so that every task
-    already scheduled in this iteration can follow, closes the batch, runs it
-    and settles the followers. A leader that fails or is cancelled first hands
-    the followers its error or, when cancelled, a task that runs their part
-    again, so that a follower never hangs on a caller that went away.
-
-    The leader's side is written out in the store's ``get`` and ``add``: a
-    coroutine layer less on a path that costs a few microseconds in all.
-    """
-
-    __slots__ = ("_run", "_spawn", "open")
-
-    def __init__(
-        self,
-        run: Callable[[list[ItemT]], Awaitable[list[ResultT]]],
-        spawn: Callable[[Coroutine[Any, Any, None]], object],
-    ) -> None:
-        self._run = run
-        self._spawn = spawn
-        self.open: _Batch[ItemT, ResultT] | None = None
-
-    def follow(self, batch: _Batch[ItemT, ResultT], item: ItemT) -> asyncio.Future[ResultT]:
-        """Add ``item`` to the open batch; the future gets its result."""
-        future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
-        batch.items.append(item)
-        batch.futures.append(future)
-        return future
-
-    def settle(self, batch: _Batch[ItemT, ResultT], results: list[ResultT]) -> ResultT:
-        """Hand each follower its result; return the leader's."""
-        for future, result in zip(batch.futures, results[1:], strict=True):
-            if not future.done():
-                future.set_result(result)
-        return results[0]
-
-    def abandon(self, batch: _Batch[ItemT, ResultT], exc: BaseException) -> None:
-        """The leader raised ``exc`` before settling: answer the followers anyway."""
-        if self.open is batch:
-            self.open = None
-        waiting = [(i + 1, f) for i, f in enumerate(batch.futures) if not f.done()]
-        if not waiting:
-            return
-        if isinstance(exc, Exception):
-            for _, future in waiting:
-                future.set_exception(exc)
-            return
-        # The leader was cancelled, not the work: run the batch again for the rest.
-        items = [batch.items[i] for i, _ in waiting]
-        self._spawn(self._finish(items, [f for _, f in waiting]))
-
-    async def _finish(self, items: list[ItemT], futures: list[asyncio.Future[ResultT]]) -> None:
-        try:
-            results = await self._run(items)
-        except Exception as exc:
-            for future in futures:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
-        for future, result in zip(futures, results, strict=True):
-            if not future.done():
-                future.set_result(result)
-
-
-@types.coroutine
-def _next_iteration() -> Generator[None, None, None]:
-    """``asyncio.sleep(0)`` without its two coroutine layers: this runs per get."""
-    yield
-
-
-def _create_private(path: str) -> None:
-    """Create the database file readable by its owner only, unless it exists.
-
-    SQLite gives its -wal and -shm files the mode of the database file, so the
-    whole store stays private.
-    """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
 
 
 class SQLiteStore:
@@ -300,8 +182,8 @@ class SQLiteStore:
         self._slack = max(1, min(1000, (max_entries or 100_000) // 100))
         self._failing = False
         self._reading = 0  # reads of ours in flight; while any is, gets are batched
-        self._gets: _Batcher[bytes, Entry | None] = _Batcher(self._run_get, self._spawn)
-        self._adds: _Batcher[tuple[bytes, bytes, float | None], Entry] = _Batcher(
+        self._gets: Batcher[bytes, Entry | None] = Batcher(self._run_get, self._spawn)
+        self._adds: Batcher[tuple[bytes, bytes, float | None], Entry] = Batcher(
             self._run_add, self._spawn
         )
         self._select_sql: dict[int, str] = {}
@@ -376,9 +258,9 @@ class SQLiteStore:
                 return Entry(value, expires_at)
             return None
         # A read is in flight: lead a batch of every get made in this iteration.
-        batch = gets.open = _Batch(key)
+        batch = gets.open = Batch(key)
         try:
-            await _next_iteration()
+            await next_iteration()
             gets.open = None
             results = await self._run_get(batch.items)
         except BaseException as exc:
@@ -399,9 +281,9 @@ class SQLiteStore:
         batch = adds.open
         if batch is not None:
             return await adds.follow(batch, item)
-        batch = adds.open = _Batch(item)
+        batch = adds.open = Batch(item)
         try:
-            await _next_iteration()
+            await next_iteration()
             adds.open = None
             return adds.settle(batch, await self._run_add(batch.items))
         except BaseException as exc:
@@ -617,9 +499,9 @@ class SQLiteStore:
             self._opening = None
 
     async def _open(self) -> aiosqlite.Connection:
-        if self.path != _MEMORY:
+        if self.path != MEMORY:
             try:
-                await asyncio.to_thread(_create_private, self.path)
+                await asyncio.to_thread(create_private, self.path)
             except OSError as exc:
                 raise StoreError(f"cannot create SQLite store {self.path!r}: {exc}") from exc
         try:
@@ -629,7 +511,7 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         try:
-            await self._prepare(db)
+            await prepare(db, path=self.path, synchronous=self.synchronous)
         except sqlite3.Error as exc:
             await db.close()
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
@@ -643,46 +525,6 @@ class SQLiteStore:
         if self.prune_interval is not None:
             self._maintenance = self._spawn(self._maintain(self.prune_interval))
         return db
-
-    async def _prepare(self, db: aiosqlite.Connection) -> None:
-        version = await self._user_version(db)
-        if version == 0:
-            # Only takes effect before the first table exists; a no-op otherwise.
-            await db.execute_fetchall("PRAGMA auto_vacuum = INCREMENTAL")
-        rows = list(await db.execute_fetchall("PRAGMA journal_mode = WAL"))
-        if str(rows[0][0]).lower() != "wal" and self.path != _MEMORY:
-            raise StoreError(
-                f"SQLite store {self.path!r} cannot use WAL (journal_mode={rows[0][0]}); "
-                "is it on a network file system?"
-            )
-        await db.execute_fetchall(f"PRAGMA synchronous = {self.synchronous}")
-        await db.execute_fetchall("PRAGMA journal_size_limit = 67108864")
-        if version == SCHEMA_VERSION:
-            return
-        await db.execute_fetchall("BEGIN IMMEDIATE")
-        try:
-            # Another process may have created the schema since we looked.
-            version = await self._user_version(db)
-            if version == 0:
-                for statement in _SCHEMA:
-                    await db.execute_fetchall(statement)
-                await db.execute_fetchall(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            await db.execute_fetchall("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                await db.execute_fetchall("ROLLBACK")
-            raise
-
-    async def _user_version(self, db: aiosqlite.Connection) -> int:
-        rows = list(await db.execute_fetchall("PRAGMA user_version"))
-        version = int(rows[0][0])
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"SQLite store {self.path!r} has schema version {version}, but this asyncache "
-                f"understands up to {SCHEMA_VERSION}: upgrade asyncache-ml, or point the "
-                "store at another file"
-            )
-        return version
 
     # -- background work -------------------------------------------------------------
 

@@ -156,6 +156,23 @@ class TestFromUrl:
         finally:
             await store.aclose()
 
+    async def test_only_stores_from_urls_enforce_their_own_timeouts(self) -> None:
+        # None means "the default" (2 s): a URL cannot leave a store without a socket timeout.
+        store = RedisStore.from_url("redis://", socket_timeout=None)
+        client = Redis()
+        own = RedisStore(client)
+        try:
+            assert pool_of(store).connection_kwargs["socket_timeout"] == 2.0
+            assert store._gate.timeout == 2.0
+            # Socket, connect and pool timeouts with retries add up to more than a
+            # cache should wait: the engine keeps timing every call itself.
+            assert store.enforces_timeouts is False
+            assert own.enforces_timeouts is False
+        finally:
+            await store.aclose()
+            await own.aclose()
+            await client.aclose()
+
     async def test_credentials_are_percent_decoded(self) -> None:
         store = RedisStore.from_url("redis://al%40ice:p%3Ass@host:6380")
         try:

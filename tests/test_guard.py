@@ -1,0 +1,85 @@
+"""guard.py: the timer a store call runs under, and the stores that are not timed again.
+
+Failures, the cool-down and hanging stores are tested through the cache in test_cache.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from asyncache.guard import StoreGuard
+from asyncache.stats import CacheStats, RateLimitedLog
+
+
+class SlowStore:
+    """Answers after a few turns of the event loop: later than a zero timeout allows."""
+
+    def __init__(self, *, enforces_timeouts: bool) -> None:
+        self.enforces_timeouts = enforces_timeouts
+
+    async def get(self) -> str:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return "late"
+
+
+def guard_of(store: object, stats: CacheStats) -> StoreGuard:
+    return StoreGuard(
+        store,
+        timeout=0.0,  # expires at the call's first suspension
+        failure_threshold=2,
+        failure_cooldown=3600.0,
+        stats=stats,
+        log=RateLimitedLog(logging.getLogger("test_guard")),
+    )
+
+
+async def test_a_store_that_suspends_is_timed() -> None:
+    stats = CacheStats()
+    store = SlowStore(enforces_timeouts=False)
+    guard = guard_of(store, stats)
+    assert await guard.call("get", store.get) is None
+    assert stats.errors == 1 and guard.failures == 1 and not guard.cooling()
+
+
+async def test_a_store_that_enforces_its_timeouts_is_not_timed_again() -> None:
+    stats = CacheStats()
+    store = SlowStore(enforces_timeouts=True)
+    guard = guard_of(store, stats)
+    assert await guard.call("get", store.get) == "late"
+    assert stats.errors == 0
+    # Read when the guard takes the store on, like the cache's store.
+    store.enforces_timeouts = False
+    assert await guard.call("get", store.get) == "late"
+    guard.use(store)
+    assert await guard.call("get", store.get) is None
+    assert stats.errors == 1
+
+
+async def test_only_a_true_flag_counts() -> None:
+    store = SlowStore(enforces_timeouts=False)
+    store.enforces_timeouts = "yes"  # type: ignore[assignment]
+    guard = guard_of(store, CacheStats())
+    assert await guard.call("get", store.get) is None
+
+
+async def test_the_cooldown_skips_the_call_and_a_success_resets_the_count() -> None:
+    stats = CacheStats()
+    timed = SlowStore(enforces_timeouts=False)
+    guard = guard_of(timed, stats)
+    made: list[str] = []
+
+    async def quick() -> str:
+        made.append("quick")
+        return "now"
+
+    assert await guard.call("get", timed.get) is None
+    assert guard.failures == 1
+    assert await guard.call("get", quick) == "now"
+    assert guard.failures == 0
+    assert await guard.call("get", timed.get) is None
+    assert await guard.call("get", timed.get) is None
+    assert guard.cooling() and stats.errors == 3
+    assert await guard.call("get", quick) is None  # the store is cooling down
+    assert made == ["quick"] and stats.errors == 3
