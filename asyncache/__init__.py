@@ -5,6 +5,9 @@ callers ask at the same moment; every replica that shares a store gives the
 same answer for the same input.
 """
 
+# `import typing`, not `from typing import ...`: asyncache.Any would look like public API.
+import typing
+
 from .cache import DecisionCache
 from .codec import Decoded
 from .decorator import CachedPrediction, cached_prediction
@@ -21,23 +24,57 @@ from .keys import KEY_VERSION, make_key
 from .memory import MemoryStore
 from .store import DecisionStore, Entry, LeaseStore, open_store
 
+if typing.TYPE_CHECKING:
+    from .batching import BatchedPrediction
+    from .offload import DeviceOffload, Offload, ProcessOffload, ThreadOffload
+
 __version__ = "0.1.0"
+
+# Imported on first use: most programs never offload, and `import asyncache` stays fast.
+_LAZY = {
+    "BatchedPrediction": "batching",
+    "DeviceOffload": "offload",
+    "Offload": "offload",
+    "ProcessOffload": "offload",
+    "ThreadOffload": "offload",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'asyncache' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "KEY_VERSION",
     "AsyncacheError",
+    "BatchedPrediction",
     "CachedPrediction",
     "ConfigurationError",
     "DecisionCache",
     "DecisionStore",
     "DecodeError",
     "Decoded",
+    "DeviceOffload",
     "Entry",
     "LeaseStore",
     "MemoryStore",
+    "Offload",
     "OffloadError",
+    "ProcessOffload",
     "SchemaVersionError",
     "StoreError",
+    "ThreadOffload",
     "WorkerDiedError",
     "__version__",
     "cached_prediction",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
-from .cache import DecisionCache
+from .cache import MISS, DecisionCache
 
 if TYPE_CHECKING:
+    from .batching import BatchedPrediction
     from .offload import Offload
 
 __all__ = ["CachedPrediction", "cached_prediction"]
@@ -39,6 +40,21 @@ class CachedPrediction(Protocol[P, R_co]):
         ...
 
 
+def _dict_maker(names: tuple[str, ...], ignored: Iterable[str]) -> Callable[..., dict[str, Any]]:
+    """``make(*args)``: the inputs of a call that passed every parameter positionally.
+
+    Generated, as dataclasses and namedtuple generate code, because a dict
+    display costs half of ``dict(zip(names, args))`` and this runs on every hit.
+    The names come from a signature, so they are identifiers.
+    """
+    params = ", ".join(f"_{index}" for index in range(len(names)))
+    items = ", ".join(f"{name!r}: _{i}" for i, name in enumerate(names) if name not in ignored)
+    namespace: dict[str, Any] = {}
+    exec(f"def make({params}):\n    return {{{items}}}\n", namespace)
+    make: Callable[..., dict[str, Any]] = namespace["make"]
+    return make
+
+
 class _Binder(Generic[P]):
     """Binds a call's arguments to the signature with defaults applied.
 
@@ -66,14 +82,13 @@ class _Binder(Generic[P]):
         )
         self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
         self.count = len(params)
-        # The commonest call: every parameter passed positionally, nothing to drop.
-        self.only_positional = (
-            self.simple and len(self.positional) == self.count and not self.ignored
-        )
+        # The commonest call passes every parameter positionally: ``make(*args)``.
+        every_positional = self.simple and len(self.positional) == self.count
+        self.make = _dict_maker(self.positional, ignored) if every_positional else None
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        if not kwargs and len(args) == self.count and self.only_positional:
-            return dict(zip(self.positional, args, strict=True))
+        if not kwargs and len(args) == self.count and self.make is not None:
+            return self.make(*args)
         if self.simple and len(args) <= len(self.positional):
             inputs = dict(self.defaults)
             inputs.update(zip(self.positional, args, strict=False))
@@ -95,6 +110,22 @@ class _Binder(Generic[P]):
         for name in self.ignored:
             inputs.pop(name, None)
         return inputs
+
+
+@overload
+def cached_prediction(
+    cache: DecisionCache,
+    *,
+    namespace: str | None = ...,
+    key: Callable[..., Any] | None = ...,
+    scope: Callable[..., Any] | None = ...,
+    fingerprint: str | dict[str, Any] | None = ...,
+    offload: str | Offload | None = ...,
+    batch: Literal[True],
+    max_batch_size: int = ...,
+    max_wait_ms: float = ...,
+    max_concurrent_batches: int | None = ...,
+) -> Callable[[Callable[[list[Any]], Any]], BatchedPrediction[Any, Any]]: ...
 
 
 @overload
@@ -132,7 +163,11 @@ def cached_prediction(
     scope: Callable[..., Any] | None = None,
     fingerprint: str | dict[str, Any] | None = None,
     offload: str | Offload | None = None,
-) -> Callable[[Callable[P, Any]], CachedPrediction[P, Any]]:
+    batch: bool = False,
+    max_batch_size: int = 64,
+    max_wait_ms: float = 5.0,
+    max_concurrent_batches: int | None = None,
+) -> Callable[[Callable[P, Any]], Any]:
     """Cache a prediction function's results by its arguments.
 
     ``f(1)`` and ``f(x=1)`` share a key: arguments are bound to the signature
@@ -151,11 +186,39 @@ def cached_prediction(
         fingerprint: overrides the cache's fingerprint for this function.
         offload: where a sync function runs on a miss: ``"thread"``,
             ``"process"`` or an ``Offload``. Hits never touch it.
+        batch: the function takes a list of items and returns one result per
+            item; callers ``await f(item)`` and concurrent misses share one
+            call (micro-batching), ``await f.many(items)`` answers a list.
+            ``key(item)`` and ``scope(item)`` then take one item.
+        max_batch_size: with ``batch``, the most items in one call.
+        max_wait_ms: with ``batch``, the longest a miss waits for others.
+        max_concurrent_batches: with ``batch``, batches running at once;
+            the offload's ``max_workers`` by default.
 
     Raises:
         TypeError: a sync function without ``offload``.
         ValueError: ``ignore`` names a parameter the function does not have.
     """
+    if batch:
+        if ignore:
+            raise ValueError("ignore= does not apply with batch=True: use key=lambda item: ...")
+        from .batching import batched_prediction
+
+        def decorate_batch(fn: Callable[..., Any]) -> BatchedPrediction[Any, Any]:
+            return batched_prediction(
+                fn,
+                cache,
+                namespace=namespace,
+                key=key,
+                scope=scope,
+                fingerprint=fingerprint,
+                offload=offload,
+                max_batch_size=max_batch_size,
+                max_wait_ms=max_wait_ms,
+                max_concurrent_batches=max_concurrent_batches,
+            )
+
+        return decorate_batch
 
     def decorate(fn: Callable[P, Any]) -> CachedPrediction[P, Any]:
         is_async = inspect.iscoroutinefunction(fn)
@@ -184,20 +247,27 @@ def cached_prediction(
             inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
             return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
 
+        hit_now = cache.hit_now
         if key is None and scope is None:
-            names = binder.positional if binder.only_positional else ()
-            count = len(names) if binder.only_positional else -1
+            make = binder.make if binder.make is not None else dict
+            count = binder.count if binder.make is not None else -1
             bind = binder.bind
             key_of = builder.key
 
             @functools.wraps(fn)
             async def wrapper(*args: Any, **kwargs: Any) -> Any:
-                # The commonest call binds with one dict(zip()); the rest go through bind.
+                # The commonest call binds with one generated dict display; the rest go
+                # through bind.
                 if len(args) == count and not kwargs:
-                    inputs = dict(zip(names, args))  # noqa: B905 - lengths checked above
+                    inputs = make(*args)
                 else:
                     inputs = bind(args, kwargs)
-                return await get_or_compute(key_of(inputs), lambda: run(*args, **kwargs), inputs)
+                cache_key = key_of(inputs)
+                # A hit in memory is answered here, without another coroutine.
+                value = hit_now(cache_key)
+                if value is not MISS:
+                    return value
+                return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
 
         else:
 
@@ -205,9 +275,11 @@ def cached_prediction(
             async def wrapper(*args: Any, **kwargs: Any) -> Any:
                 inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
                 where = scope(*args, **kwargs) if scope is not None else None
-                return await get_or_compute(
-                    builder.key(inputs, where), lambda: run(*args, **kwargs), inputs
-                )
+                cache_key = builder.key(inputs, where)
+                value = hit_now(cache_key)
+                if value is not MISS:
+                    return value
+                return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
 
         async def uncached(*args: Any, **kwargs: Any) -> Any:
             return await run(*args, **kwargs)
