@@ -72,7 +72,10 @@ class _Binder(Generic[P]):
         if unknown:
             raise ValueError(f"ignore names no parameter of {fn.__qualname__}: {sorted(unknown)}")
         # A method's receiver identifies no decision; the fingerprint says which model.
-        if params and params[0].name in ("self", "cls") and params[0].kind in _POSITIONAL:
+        self.method = bool(
+            params and params[0].name in ("self", "cls") and params[0].kind in _POSITIONAL
+        )
+        if self.method:
             ignored.add(params[0].name)
         self.ignored = tuple(ignored)
         self.simple = all(p.kind in _POSITIONAL or p.kind is p.KEYWORD_ONLY for p in params)
@@ -288,6 +291,53 @@ def cached_prediction(
         wrapper.namespace = name  # type: ignore[attr-defined]
         wrapper.key = make_key  # type: ignore[attr-defined]
         wrapper.uncached = uncached  # type: ignore[attr-defined]
+        if binder.method:
+            # obj.predict.key(x) must pass obj along, which a plain function's
+            # attributes cannot: methods get a descriptor that binds all three.
+            return _CachedMethod(wrapper)  # type: ignore[return-value]
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+class _BoundPrediction(functools.partial[Any]):
+    """A cached method bound to its instance: calls, ``key`` and ``uncached`` pass it on."""
+
+    @property
+    def cache(self) -> DecisionCache:
+        return self.func.cache  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def namespace(self) -> str:
+        return self.func.namespace  # type: ignore[attr-defined, no-any-return]
+
+    def key(self, *args: Any, **kwargs: Any) -> bytes:
+        """The 16-byte cache key this call would use."""
+        return self.func.key(*self.args, *args, **kwargs)  # type: ignore[attr-defined, no-any-return]
+
+    async def uncached(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the method without reading or writing the cache."""
+        return await self.func.uncached(*self.args, *args, **kwargs)  # type: ignore[attr-defined]
+
+
+class _CachedMethod:
+    """``@cached_prediction`` on a method: binds like a function, helpers included."""
+
+    def __init__(self, wrapper: Callable[..., Any]) -> None:
+        self._wrapper = wrapper
+        functools.update_wrapper(self, wrapper)
+        self.cache: DecisionCache = wrapper.cache  # type: ignore[attr-defined]
+        self.namespace: str = wrapper.namespace  # type: ignore[attr-defined]
+        self.key: Callable[..., bytes] = wrapper.key  # type: ignore[attr-defined]
+        self.uncached: Callable[..., Awaitable[Any]] = wrapper.uncached  # type: ignore[attr-defined]
+        mark = getattr(inspect, "markcoroutinefunction", None)  # Python 3.12+
+        if mark is not None:
+            mark(self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapper(*args, **kwargs)
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return _BoundPrediction(self._wrapper, instance)

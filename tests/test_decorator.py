@@ -434,3 +434,27 @@ async def test_hits_through_the_wrapper_renew_and_save_compute_time(store: Memor
     assert renewed.expires_at > entry.expires_at
     assert cache.stats()["renewals"] == 1
     assert cache.stats()["compute_seconds_saved"] > 0
+
+
+async def test_a_bound_method_passes_its_instance_to_key_and_uncached() -> None:
+    cache = DecisionCache()
+    runs: list[str] = []
+
+    class Model:
+        @cached_prediction(cache)
+        async def predict(self, text: str, k: int = 1) -> str:
+            runs.append(text)
+            return text * k
+
+    model = Model()
+    assert await model.predict("a") == "a"
+    assert await model.predict("a", 1) == "a"
+    assert runs == ["a"]
+    # The instance is bound: key() takes the same arguments as the call.
+    assert model.predict.key("a") == Model.predict.key(model, "a") == model.predict.key(text="a")
+    assert model.predict.key("a") != model.predict.key("a", 2)
+    assert await model.predict.uncached("a") == "a"
+    assert runs == ["a", "a"]
+    assert model.predict.cache is cache
+    assert model.predict.namespace.endswith("Model.predict")
+    assert inspect.iscoroutinefunction(model.predict)
