@@ -10,7 +10,7 @@ tag follows; bit 2 says the result holds tagged values (NumPy arrays, bytes,
 non-finite floats, integers beyond 64 bits) that decoding must revive. Plain
 results skip that walk, so a hit costs one ``orjson.loads``.
 
-No pickle: a shared store must not be able to run code in its readers.
+Nothing is ever unpickled: a shared store must not be able to run code in its readers.
 """
 
 from __future__ import annotations
