@@ -105,7 +105,26 @@ def _describe(fn: Callable[..., Any]) -> str:
 # -- threads -----------------------------------------------------------------
 
 
-class ThreadOffload:
+class _Pool:
+    """What the thread and process pools share: ``async with`` and the closed check."""
+
+    _closed: bool
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        raise NotImplementedError  # each pool closes its own way
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise OffloadError(f"{self!r} is closed")
+
+
+class ThreadOffload(_Pool):
     """Runs calls on a pool of threads: for work that releases the GIL.
 
     onnxruntime, torch and numpy release the GIL while they compute, so their
@@ -145,12 +164,6 @@ class ThreadOffload:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_workers={self.max_workers})"
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     def _pool(self) -> ThreadPoolExecutor:
         executor = self._executor
         if executor is None:
@@ -175,8 +188,7 @@ class ThreadOffload:
         Raises:
             OffloadError: the pool is closed.
         """
-        if self._closed:
-            raise OffloadError(f"{self!r} is closed")
+        self._check_open()
         loop = asyncio.get_running_loop()
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         self._submitted += 1
@@ -657,7 +669,7 @@ def _join(process: BaseProcess, timeout: float) -> None:
     process.close()
 
 
-class ProcessOffload:
+class ProcessOffload(_Pool):
     """Runs calls in worker processes: for GIL-bound Python.
 
     Each worker runs ``initializer(*initargs)`` once when it starts (load the
@@ -723,12 +735,6 @@ class ProcessOffload:
     def __repr__(self) -> str:
         return f"ProcessOffload(max_workers={self.max_workers}, context={self.context!r})"
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     @property
     def pids(self) -> list[int]:
         """The process ids of the workers running now."""
@@ -775,8 +781,7 @@ class ProcessOffload:
             WorkerDiedError: the worker running this call died.
             OffloadError: the pool is closed, or a worker failed to start.
         """
-        if self._closed:
-            raise OffloadError(f"{self!r} is closed")
+        self._check_open()
         target: _Ref | Callable[..., Any]
         if inspect.isfunction(fn):
             # Plain functions travel by name; resolving it once per function is enough.

@@ -25,16 +25,14 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# Importing _common also puts the checkout's root on sys.path, for asyncache.
+from _common import table
 
 PINNED = "minilm-support-questions-v1"
 NAMESPACE = "support.decide"
@@ -182,15 +180,6 @@ async def measure(quick: bool) -> dict[str, Any]:
     }
 
 
-def print_table(columns: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(c)) for c in column) for column in zip(columns, *rows, strict=True)]
-    line = " | ".join(name.ljust(width) for name, width in zip(columns, widths, strict=True))
-    print(line)
-    print("-+-".join("-" * width for width in widths))
-    for row in rows:
-        print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="8 requests instead of 24")
@@ -199,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(measure(options.quick))
     print(result["description"])
     print()
-    print_table(result["backends"]["columns"], result["backends"]["rows"])
+    print(table(result["backends"]["columns"], result["backends"]["rows"]))
     if options.json:
         Path(options.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return 0

@@ -38,9 +38,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# Importing _common also puts the checkout's root on sys.path, for asyncache.
+from _common import ROOT, start_redis
 
 # How long before the burst the parent announces its start: time for every
 # process to see the go file and sleep until the same instant.
@@ -201,19 +200,6 @@ def _percentile(values: list[float], share: float) -> float:
     return ordered[index]
 
 
-def _start_redis(workdir: Path) -> Any:
-    import shutil
-
-    from tests.servers import RedisServer
-
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not on PATH: install it, or pass --store URL")
-    server = RedisServer(binary, workdir / "redis")
-    server.start()
-    return server
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", help="a shared store URL (default: a private redis-server)")
@@ -241,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         server = None
         store = args.store
         if store is None:
-            server = _start_redis(workdir)
+            server = start_redis(workdir)
+            if server is None:
+                raise SystemExit("redis-server is not on PATH: install it, or pass --store URL")
             store = f"{server.url}?prefix=fleet-bench:{uuid.uuid4().hex[:8]}:"
         try:
             results: dict[bool, list[dict[str, Any]]] = {False: [], True: []}

@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,15 +29,13 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+# Importing _common first also puts the checkout's root on sys.path, for asyncache.
+from _common import ROOT, Row, machine, passes, render, write_rows_json
 
-from asyncache import DecisionCache, MemoryStore, cached_prediction  # noqa: E402
+from asyncache import DecisionCache, MemoryStore, cached_prediction
 
 SIZES = (140, 2_000, 20_000)
 clock = time.process_time  # --wall: time.perf_counter
@@ -63,28 +59,6 @@ def context_of(size: int, seed: int = 0) -> str:
     )
     text = f"[{seed}] " + words * (size // len(words) + 2)
     return text[:size]
-
-
-@dataclass
-class Row:
-    measure: str
-    measured: float | None
-    unit: str
-    target: str
-    verdict: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "measure": self.measure,
-            "measured": None if self.measured is None else round(self.measured, 3),
-            "unit": self.unit,
-            "target": self.target,
-            "ratio/pass": self.verdict,
-        }
-
-
-def passes(ok: bool) -> str:
-    return "pass" if ok else "MISS"
 
 
 async def per_call(call: Callable[[], Awaitable[Any]], *, number: int, repeats: int) -> float:
@@ -402,27 +376,6 @@ async def measure(quick: bool) -> list[Row]:
     return rows
 
 
-def render(rows: list[Row]) -> str:
-    header = ["measure", "measured", "unit", "target", "ratio/pass"]
-    cells = [
-        [
-            row.measure,
-            "n/a" if row.measured is None else f"{row.measured:,.2f}".rstrip("0").rstrip("."),
-            row.unit,
-            row.target,
-            row.verdict,
-        ]
-        for row in rows
-    ]
-    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
-    lines = [" | ".join(text.ljust(width) for text, width in zip(header, widths, strict=True))]
-    lines.append("-+-".join("-" * width for width in widths))
-    for line in cells:
-        padded = (text.ljust(width) for text, width in zip(line, widths, strict=True))
-        lines.append(" | ".join(padded))
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, for a smoke test")
@@ -436,16 +389,15 @@ def main() -> None:
     flags = " --quick" * options.quick + " --wall" * options.wall
     command = "python benchmarks/hit_path.py" + flags
     timer = "wall-clock" if options.wall else "CPU"
-    print(f"# {command}  ({platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, {timer} time)")  # fmt: skip
+    print(f"# {command}  ({machine(f'{timer} time')})")
     print(render(rows))
     if options.json:
-        document = {
-            "title": "The hit path",
-            "command": command,
-            "columns": ["measure", "measured", "unit", "target", "ratio/pass"],
-            "rows": [row.as_dict() for row in rows],
-            "notes": [
+        write_rows_json(
+            options.json,
+            title="The hit path",
+            command=command,
+            rows=rows,
+            notes=[
                 f"Times are {timer} time: medians over repeats of a loop's mean, "
                 "garbage collector off.",
                 "Peers are measured in the same run on the same inputs; async-lru gets the "
@@ -453,8 +405,7 @@ def main() -> None:
                 "Heap per decision: tracemalloc over many stored decisions, 140-character "
                 "contexts, two answers each.",
             ],
-        }
-        options.json.write_text(json.dumps(document, indent=2) + "\n")
+        )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+# Importing _common also puts the checkout's root on sys.path, for asyncache.
+from _common import machine as describe_machine
 
 ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
@@ -230,13 +232,6 @@ async def in_process(rounds: int, count: int) -> dict[str, float]:
 # -- part 2: a real server ---------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def server_stack() -> tuple[str, str]:
     http = "httptools" if importlib.util.find_spec("httptools") else "h11"
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
@@ -264,6 +259,8 @@ def probe(port: int) -> tuple[int, str | None]:
 
 @contextlib.contextmanager
 def server(kind: str) -> Iterator[int]:
+    from tests.support import free_port
+
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, __file__, "--serve", kind, "--port", str(port)],
@@ -401,10 +398,7 @@ def main() -> None:
         return
 
     rounds, count = (3, 2000) if args.quick else (7, 5000)
-    machine = (
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, {platform.machine()}"
-    )
+    machine = describe_machine(platform.machine())
     report: dict[str, Any] = {"title": "DecisionCacheMiddleware", "machine": machine}
     print(f"# DecisionCacheMiddleware benchmark ({machine})")
     print()
@@ -476,5 +470,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     main()

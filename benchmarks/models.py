@@ -48,7 +48,6 @@ import os
 import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 import zlib
@@ -57,9 +56,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# Importing _common also puts the checkout's root on sys.path, for asyncache.
+from _common import table as render_table
 
 QUESTIONS = ["refund", "cancel", "delivery", "billing", "discount"]
 # 140-character support messages ({n} makes each request distinct).
@@ -467,15 +465,6 @@ async def measure(quick: bool) -> dict[str, Any]:
     }
 
 
-def print_table(columns: list[str], rows: list[dict[str, Any]]) -> None:
-    cells = [[str(row.get(column, "")) for column in columns] for row in rows]
-    widths = [max(len(c) for c in column) for column in zip(columns, *cells, strict=True)]
-    print(" | ".join(name.ljust(width) for name, width in zip(columns, widths, strict=True)))
-    print("-+-".join("-" * width for width in widths))
-    for row in cells:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
@@ -485,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     print(result["description"])
     print()
     table = result["models"]
-    print_table(table["columns"], table["rows"])
+    columns = table["columns"]
+    print(render_table(columns, [[row.get(c, "") for c in columns] for row in table["rows"]]))
     print()
     for note in table["notes"]:
         print(note)

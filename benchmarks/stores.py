@@ -18,12 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
-import os
-import platform
-import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -31,13 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+# Importing _common first also puts the checkout's root on sys.path, for asyncache.
+from _common import Row, machine, passes, render, start_redis, write_rows_json
 
-from asyncache import DecisionCache, MemoryStore  # noqa: E402
-from asyncache.codec import encode  # noqa: E402
-from asyncache.keys import make_key  # noqa: E402
+from asyncache import DecisionCache, MemoryStore
+from asyncache.codec import encode
+from asyncache.keys import make_key
 
 # Targets from the shared-stores issue. Ratios to a raw driver call of the same
 # bytes are the bar for a hit: the store may add little to the round trip it
@@ -53,26 +47,8 @@ DISK_BYTES = 400
 TIERED_RATIO = 1.5  # TieredStore L1 hit / MemoryStore hit
 
 
-@dataclass
-class Row:
-    measure: str
-    measured: float | None
-    unit: str
-    target: str
-    verdict: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "measure": self.measure,
-            "measured": None if self.measured is None else round(self.measured, 3),
-            "unit": self.unit,
-            "target": self.target,
-            "ratio/pass": self.verdict,
-        }
-
-
 def verdict(ok: bool, ratio: float | None = None) -> str:
-    word = "pass" if ok else "MISS"
+    word = passes(ok)
     return word if ratio is None else f"{ratio:.2f}x {word}"
 
 
@@ -401,42 +377,16 @@ async def measure(quick: bool) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="asyncache-bench-") as tmp:
         workdir = Path(tmp)
         rows += await sqlite_rows(workdir, number=number, repeats=repeats, adds=adds)
-        binary = shutil.which("redis-server")
-        if binary is None:
+        server = start_redis(workdir)
+        if server is None:
             rows.append(Row("Redis rows", None, "-", "-", "redis-server not on PATH"))
         else:
-            from tests.servers import RedisServer
-
-            server = RedisServer(binary, workdir / "redis")
-            server.start()
             try:
                 rows += await redis_rows(server.port, number=number, repeats=repeats)
             finally:
                 server.stop()
         rows += await tiered_rows(workdir, number=number, repeats=repeats)
     return rows
-
-
-def render(rows: list[Row]) -> str:
-    header = ["measure", "measured", "unit", "target", "ratio/pass"]
-    cells = [
-        [
-            row.measure,
-            "n/a" if row.measured is None else f"{row.measured:,.2f}".rstrip("0").rstrip("."),
-            row.unit,
-            row.target,
-            row.verdict,
-        ]
-        for row in rows
-    ]
-    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
-    lines = [" | ".join(text.ljust(width) for text, width in zip(header, widths, strict=True))]
-    lines.append("-+-".join("-" * width for width in widths))
-    for line in cells:
-        lines.append(
-            " | ".join(text.ljust(width) for text, width in zip(line, widths, strict=True))
-        )
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -446,16 +396,15 @@ def main() -> None:
     options = parser.parse_args()
     rows = asyncio.run(measure(options.quick))
     command = "python benchmarks/stores.py" + (" --quick" if options.quick else "")
-    print(f"# {command}  ({platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs)")  # fmt: skip
+    print(f"# {command}  ({machine()})")
     print(render(rows))
     if options.json:
-        document = {
-            "title": "Stores",
-            "command": command,
-            "columns": ["measure", "measured", "unit", "target", "ratio/pass"],
-            "rows": [row.as_dict() for row in rows],
-            "notes": [
+        write_rows_json(
+            options.json,
+            title="Stores",
+            command=command,
+            rows=rows,
+            notes=[
                 "Times are medians over repeats of a loop's mean, garbage collector off; "
                 "compared calls run interleaved in the same rounds and a ratio is the median "
                 "of per-round ratios.",
@@ -464,8 +413,7 @@ def main() -> None:
                 "Store and disk targets are the reference design's synchronous SQLite figures.",
                 "Redis runs on a redis-server started for the run on a loopback port.",
             ],
-        }
-        options.json.write_text(json.dumps(document, indent=2) + "\n")
+        )
 
 
 if __name__ == "__main__":

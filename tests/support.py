@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
+import subprocess
+import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -37,3 +41,25 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+async def until(condition: Callable[[], bool], *, turns: int = 10_000) -> None:
+    """Let other tasks run until ``condition()`` holds (fails instead of hanging)."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
+def import_error_without(missing: str, module: str) -> str:
+    """What ``import module`` raises in a fresh interpreter where ``missing`` cannot be imported."""
+    script = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "try:\n"
+        f"    import {module}\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return out.stdout

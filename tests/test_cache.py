@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,16 +22,9 @@ from asyncache import DecisionCache, DecisionStore, Entry, MemoryStore
 from asyncache.codec import decode, encode, normalize_secret
 from asyncache.errors import StoreError
 
+from .support import until
+
 K1, K2, K3 = (bytes([i]) * 16 for i in range(1, 4))
-
-
-async def until(condition: Callable[[], bool], *, turns: int = 10_000) -> None:
-    """Let other tasks run until ``condition()`` holds (fails instead of hanging)."""
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
 
 
 class Calls:

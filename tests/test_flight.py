@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,16 +10,9 @@ import pytest
 from asyncache import DecisionCache, MemoryStore
 from asyncache.flight import Flight, FlightTable
 
+from .support import until
+
 K1, K2, K3, K4 = (bytes([i]) * 16 for i in range(1, 5))
-
-
-async def until(condition: Callable[[], bool], *, turns: int = 10_000) -> None:
-    """Let other tasks run until ``condition()`` holds (fails instead of hanging)."""
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
 
 
 class Model:

@@ -67,6 +67,9 @@ class OnnxModel:
         postprocess: (outputs, items) -> one answer per item; by default the
             rows of the first output as Python lists.
         fingerprint: pins the fingerprint; derived from the model when omitted.
+        spin: let onnxruntime's worker threads spin, waiting for more work,
+            after each run. Off by default: spinning threads burn the cores
+            that the event loop and the store's thread need to answer hits.
 
     Raises:
         ConfigurationError: a provider is not available in this onnxruntime
@@ -84,6 +87,7 @@ class OnnxModel:
         preprocess: Preprocess | None = None,
         postprocess: Postprocess | None = None,
         fingerprint: str | None = None,
+        spin: bool = False,
     ) -> None:
         names = [_provider_name(provider) for provider in providers]
         if not names:
@@ -97,6 +101,8 @@ class OnnxModel:
                     f"(available: {', '.join(available)}); it needs {hint}"
                 )
         options = ort.SessionOptions()
+        for pool in ("intra_op", "inter_op"):
+            options.add_session_config_entry(f"session.{pool}.allow_spinning", "1" if spin else "0")
         if intra_op_threads is not None:
             options.intra_op_num_threads = _positive("intra_op_threads", intra_op_threads)
         if inter_op_threads is not None:

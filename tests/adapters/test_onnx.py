@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import IN_CI
+from tests.support import IN_CI, import_error_without
 
 if not IN_CI:  # under CI a missing onnxruntime must fail, not skip
     pytest.importorskip("onnxruntime")
@@ -187,15 +187,8 @@ def test_cuda_provider_answers_like_the_cpu(model_file: Path) -> None:
 
 
 def test_import_without_onnxruntime_names_the_extra() -> None:
-    script = (
-        "import sys; sys.modules['onnxruntime'] = None\n"
-        "try:\n"
-        "    import asyncache.adapters.onnx\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert "pip install 'asyncache-ml[onnx]'" in out.stdout
+    message = import_error_without("onnxruntime", "asyncache.adapters.onnx")
+    assert "pip install 'asyncache-ml[onnx]'" in message
 
 
 def test_adapters_stay_out_of_the_core_import() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -12,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import IN_CI
+from tests.support import IN_CI, import_error_without
 
 if not IN_CI:  # under CI a missing torch must fail, not skip
     pytest.importorskip("torch")
@@ -198,12 +196,5 @@ def test_cuda_answers_like_the_cpu() -> None:
 
 
 def test_import_without_torch_names_the_extra() -> None:
-    script = (
-        "import sys; sys.modules['torch'] = None\n"
-        "try:\n"
-        "    import asyncache.adapters.torch\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert "pip install 'asyncache-ml[torch]'" in out.stdout
+    message = import_error_without("torch", "asyncache.adapters.torch")
+    assert "pip install 'asyncache-ml[torch]'" in message
