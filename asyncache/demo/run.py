@@ -145,7 +145,7 @@ def _print_table(
         ("HTTP coalesced (shared)", str(by_status.get("shared", 0))),
         ("HTTP bypassed", str(by_status.get("bypass", 0))),
         ("HTTP misses", str(by_status.get("miss", 0))),
-        ("decision cache hits", f"{decisions['hits']} (no-store requests, from the store)"),
+        ("decision cache hits", f"{decisions['hits']} (no-store requests)"),
         ("model forward passes", f"{model['forward_passes']} for {model['items']} decisions"),
         ("model runs saved", f"{saved} of {answered} ({saved / answered:.1%})"),
         (
