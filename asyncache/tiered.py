@@ -71,6 +71,18 @@ class TieredStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    def peek(self, key: bytes) -> Entry | None:
+        """L1's entry without a coroutine, or ``None``: then ``get`` asks L2.
+
+        The engine's synchronous fast path, so that a repeated hit through a
+        tier costs what a memory hit costs.
+        """
+        copy = self._l1_get(key)
+        if copy is None:
+            return None
+        self.l1_hits += 1
+        return copy.entry
+
     async def get(self, key: bytes) -> Entry | None:
         """Return the entry from L1, else from L2 (copying it into L1), else ``None``."""
         copy = self._l1_get(key)

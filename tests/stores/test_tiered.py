@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from asyncache import DecisionCache, cached_prediction
 from asyncache.adapters.sqlite import SQLiteStore
 from asyncache.errors import StoreError
 from asyncache.memory import MemoryStore
@@ -231,3 +232,34 @@ def test_open_store_tiered(tmp_path: Path) -> None:
     assert isinstance(default, TieredStore)
     assert default.l1_ttl == 60.0
     assert isinstance(default.l2, SQLiteStore) and default.l2.path == "relative.db"
+
+
+async def test_peek_answers_from_l1_only_and_the_engine_hits_without_awaiting_l2(
+    tmp_path: Path,
+) -> None:
+    tier = TieredStore(MemoryStore(), SQLiteStore(tmp_path / "peek.sqlite"))
+    cache = DecisionCache(tier)
+    runs: list[str] = []
+
+    @cached_prediction(cache)
+    async def predict(text: str) -> str:
+        runs.append(text)
+        return text.upper()
+
+    try:
+        key = predict.key("a")
+        assert tier.peek(key) is None  # nothing anywhere: peek never reaches L2
+        assert await predict("a") == "A"
+        assert tier.peek(key) is not None
+        hits_before = tier.stats()["l1_hits"]
+        # A repeated hit is answered synchronously from L1: no coroutine, no L2 read.
+        assert cache.hit_now(key) == "A"
+        assert tier.stats()["l1_hits"] == hits_before + 1
+        assert tier.stats()["l2_hits"] == 0
+        await tier.l1.clear()
+        assert tier.peek(key) is None
+        assert await predict("a") == "A"  # L1 empty: the engine falls back to L2
+        assert tier.stats()["l2_hits"] == 1
+        assert runs == ["a"]
+    finally:
+        await cache.aclose()
