@@ -63,3 +63,8 @@ def import_error_without(missing: str, module: str) -> str:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     return out.stdout
+
+
+def key(n: int) -> bytes:
+    """The n-th 16-byte test key, the size the engine's keys have."""
+    return n.to_bytes(16, "big")

@@ -21,7 +21,7 @@ from asyncache.memory import MemoryStore
 from asyncache.store import DecisionStore, Entry
 from asyncache.tiered import TieredStore
 
-from ..support import require
+from ..support import key, require
 
 KINDS = ["memory", "sqlite", "tiered-sqlite", "redis", "redis-cluster", "tiered-redis"]
 HOUR = 3600.0
@@ -87,10 +87,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     finally:
         await made.aclose()
         await cleanup()
-
-
-def key(n: int) -> bytes:
-    return n.to_bytes(16, "big")
 
 
 class TestStoreContract:

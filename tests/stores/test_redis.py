@@ -25,7 +25,7 @@ from asyncache.errors import ConfigurationError, StoreError
 from asyncache.store import Entry, LeaseStore, open_store
 
 from ..servers import RedisServer
-from ..support import IN_CI
+from ..support import IN_CI, key
 
 try:
     from redis.asyncio import Redis
@@ -45,10 +45,6 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 HOUR = 3600.0
 HEADER = struct.Struct(">Bd")
-
-
-def key(n: int) -> bytes:
-    return n.to_bytes(16, "big")
 
 
 def stored_bytes(value: bytes, expires_at: float | None) -> bytes:

@@ -19,6 +19,8 @@ from asyncache.adapters.sqlite import SCHEMA_VERSION, SQLiteStore
 from asyncache.errors import ConfigurationError, SchemaVersionError, StoreError
 from asyncache.store import Entry, LeaseStore, open_store
 
+from ..support import key
+
 HOUR = 3600.0
 
 # Holds a lock on a database file until a line arrives on stdin.
@@ -38,10 +40,6 @@ sys.stdin.readline()
 con.execute("ROLLBACK")
 con.close()
 """
-
-
-def key(n: int) -> bytes:
-    return n.to_bytes(16, "big")
 
 
 @pytest.fixture

@@ -16,11 +16,9 @@ from asyncache.memory import MemoryStore
 from asyncache.store import Entry, open_store
 from asyncache.tiered import TieredStore
 
+from ..support import key
+
 HOUR = 3600.0
-
-
-def key(n: int) -> bytes:
-    return n.to_bytes(16, "big")
 
 
 @pytest.fixture
