@@ -11,10 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from .conftest_models import minilm_int8, minilm_model_dir, minilm_onnx, minilm_torch  # noqa: F401
 from .servers import RedisServer, start_cluster
 from .support import require_binary
+
+# Hypothesis' per-example deadline is an assertion on wall time: on a loaded
+# 2-core machine an ordinary example can pass 200 ms and fail the run.
+settings.register_profile("asyncache", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("asyncache")
 
 
 @pytest.fixture(scope="session")
