@@ -21,18 +21,17 @@ from .errors import (
     WorkerDiedError,
 )
 from .keys import KEY_VERSION, make_key
-from .memory import MemoryStore
-from .store import DecisionStore, Entry, LeaseStore, open_store
+from .stores import DecisionStore, Entry, LeaseStore, MemoryStore, open_store, register_store
 
 if typing.TYPE_CHECKING:
-    from .batching import BatchedPrediction
+    from .microbatch import BatchedPrediction
     from .offload import DeviceOffload, Offload, ProcessOffload, ThreadOffload
 
 __version__ = "0.1.0"
 
 # Imported on first use: most programs never offload, and `import asyncache` stays fast.
 _LAZY = {
-    "BatchedPrediction": "batching",
+    "BatchedPrediction": "microbatch",
     "DeviceOffload": "offload",
     "Offload": "offload",
     "ProcessOffload": "offload",
@@ -80,4 +79,5 @@ __all__ = [
     "cached_prediction",
     "make_key",
     "open_store",
+    "register_store",
 ]

@@ -7,7 +7,7 @@ size), adds it, and hands every caller the decision that won the ``add``.
 
 The cache never makes a prediction fail: every store call goes through a
 ``StoreGuard`` (``asyncache.guard``), which turns a store that raises or times
-out into a miss or a skipped write. The batch path lives in ``asyncache.batch``.
+out into a miss or a skipped write. The batch path lives in ``asyncache.many``.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import orjson
 
-from .batch import get_or_compute_many as _get_or_compute_many
 from .codec import PLAIN_HEADER, Decoded, decode, decode_envelope, encode, normalize_secret
 from .errors import DecodeError
 from .flight import Flight, FlightTable
 from .guard import StoreGuard
 from .keys import KeyBuilder
-from .memory import MemoryStore
+from .many import get_or_compute_many as _get_or_compute_many
 from .stats import CacheStats, RateLimitedLog
-from .store import DecisionStore, Entry
+from .stores.memory import MemoryStore
+from .stores.protocol import DecisionStore, Entry
 
 if TYPE_CHECKING:
     from .audit import Auditor, Compare, MismatchHook

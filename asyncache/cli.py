@@ -65,7 +65,7 @@ def _rich() -> Any:
 
 def _open(url: str, *, must_exist: bool = True) -> Any:
     """Open the store at ``url``; a missing SQLite file is an error, not a new database."""
-    from .store import open_store
+    from .stores.registry import open_store
 
     if must_exist and url.lower().startswith("sqlite:"):
         path = _sqlite_path(url)

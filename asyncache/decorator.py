@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, Ty
 from .cache import MISS, DecisionCache
 
 if TYPE_CHECKING:
-    from .batching import BatchedPrediction
+    from .microbatch import BatchedPrediction
     from .offload import Offload
 
 __all__ = ["CachedPrediction", "cached_prediction"]
@@ -205,7 +205,7 @@ def cached_prediction(
     if batch:
         if ignore:
             raise ValueError("ignore= does not apply with batch=True: use key=lambda item: ...")
-        from .batching import batched_prediction
+        from .microbatch import batched_prediction
 
         def decorate_batch(fn: Callable[..., Any]) -> BatchedPrediction[Any, Any]:
             return batched_prediction(

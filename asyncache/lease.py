@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import DecodeError
-from .store import Entry, LeaseStore
+from .stores.protocol import Entry, LeaseStore
 
 if TYPE_CHECKING:
     from .cache import DecisionCache

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/backend_sharing.py`` (``--quick`` for fewer
 requests, ``--json PATH`` to write the table as JSON).
 
-The MiniLM decision model (``asyncache.adapters.minilm.MiniLMDecider``) answers
+The MiniLM decision model (``asyncache.demo.minilm.MiniLMDecider``) answers
 five yes/no support questions about each message. Three backends of the same
 checkpoint serve it: torch fp32, ONNX fp32 and ONNX int8. Every backend's
 cache opens the same SQLite file with the same pinned fingerprint and
@@ -123,7 +123,7 @@ def ms(seconds: list[float]) -> str:
 
 
 async def measure(quick: bool) -> dict[str, Any]:
-    from asyncache.adapters.minilm import MiniLMDecider
+    from asyncache.demo.minilm import MiniLMDecider
 
     global STATES
     if quick:

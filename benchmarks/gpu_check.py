@@ -50,7 +50,7 @@ def median_ms(samples: Sequence[float]) -> float:
 
 def states(count: int, tag: str) -> list[str]:
     """``count`` distinct support messages (so that each is a miss), cycling the examples."""
-    from asyncache.adapters.minilm import EXAMPLE_STATES
+    from asyncache.demo.minilm import EXAMPLE_STATES
 
     return [f"{EXAMPLE_STATES[i % len(EXAMPLE_STATES)]} ({tag} {i})" for i in range(count)]
 
@@ -67,7 +67,7 @@ def time_calls(call: Callable[[str], Any], inputs: Sequence[str]) -> list[float]
 async def cache_latency(decider: Any, ids: list[str], inputs: Sequence[str]) -> tuple[float, float]:
     """Median miss and hit milliseconds of one request through a DecisionCache."""
     from asyncache.cache import DecisionCache
-    from asyncache.memory import MemoryStore
+    from asyncache.stores.memory import MemoryStore
 
     async def ask(cache: DecisionCache, state: str) -> float:
         request = {"state": state, "questions": ids}
@@ -88,7 +88,7 @@ async def cache_latency(decider: Any, ids: list[str], inputs: Sequence[str]) -> 
 
 
 def measure(name: str, load: Callable[[], Any], reference: Any, quick: bool) -> dict[str, Any]:
-    from asyncache.adapters.minilm import EXAMPLE_STATES, SUPPORT_QUESTIONS
+    from asyncache.demo.minilm import EXAMPLE_STATES, SUPPORT_QUESTIONS
 
     ids = [question.id for question in SUPPORT_QUESTIONS]
     started = time.perf_counter()
@@ -147,7 +147,7 @@ def pack(target: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from asyncache.adapters.minilm import package_model_dir
+    from asyncache.demo.minilm import package_model_dir
 
     source = package_model_dir()
     target.mkdir(parents=True, exist_ok=True)
@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import onnxruntime
     import torch
 
-    from asyncache.adapters.minilm import MiniLMDecider, build
+    from asyncache.demo.minilm import MiniLMDecider, build
 
     print(
         f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__} "

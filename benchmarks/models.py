@@ -297,7 +297,7 @@ class Run:
 async def measure_latency(run: Run, decider: Any, directory: Path) -> None:
     from asyncache import MemoryStore
     from asyncache.adapters.sqlite import SQLiteStore
-    from asyncache.tiered import TieredStore
+    from asyncache.stores.tiered import TieredStore
 
     targets = {"SQLite default": 0.01, "TieredStore": 0.0005}
     for ticket, label in ((False, "~140-char message"), (True, "600-char ticket")):
@@ -410,7 +410,7 @@ async def measure_offload(run: Run) -> None:
 
 
 async def measure(quick: bool) -> dict[str, Any]:
-    from asyncache.adapters.minilm import MiniLMDecider
+    from asyncache.demo.minilm import MiniLMDecider
 
     run = Run(quick)
     load_before = os.getloadavg()[0]

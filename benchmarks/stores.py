@@ -337,7 +337,7 @@ async def redis_rows(port: int, *, number: int, repeats: int) -> list[Row]:
 
 async def tiered_rows(workdir: Path, *, number: int, repeats: int) -> list[Row]:
     from asyncache.adapters.sqlite import SQLiteStore
-    from asyncache.tiered import TieredStore
+    from asyncache.stores.tiered import TieredStore
 
     key, value = decision(0)
     memory = MemoryStore()

@@ -10,8 +10,8 @@ or ~/.cache/asyncache/minilm.
 import asyncio
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.adapters.minilm import MiniLMDecider
 from asyncache.adapters.sqlite import SQLiteStore
+from asyncache.demo.minilm import MiniLMDecider
 from asyncache.offload import aclose_default_offloads
 
 # Pin the fingerprint only after checking that the backends agree on your traffic;

@@ -16,7 +16,7 @@ import pytest
 from .support import require
 
 if TYPE_CHECKING:
-    from asyncache.adapters.minilm import MiniLMDecider
+    from asyncache.demo.minilm import MiniLMDecider
 
 # What building and running the three backends imports.
 MODEL_MODULES = (
@@ -47,7 +47,7 @@ def minilm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def minilm_onnx(minilm_model_dir: Path) -> MiniLMDecider:
     """``MiniLMDecider("onnx")`` (fp32 ONNX on the CPU)."""
-    from asyncache.adapters.minilm import MiniLMDecider
+    from asyncache.demo.minilm import MiniLMDecider
 
     return MiniLMDecider("onnx", model_dir=minilm_model_dir)
 
@@ -55,7 +55,7 @@ def minilm_onnx(minilm_model_dir: Path) -> MiniLMDecider:
 @pytest.fixture(scope="session")
 def minilm_int8(minilm_model_dir: Path, minilm_onnx: MiniLMDecider) -> MiniLMDecider:
     """``MiniLMDecider("onnx-int8")``, from the files ``minilm_onnx`` built."""
-    from asyncache.adapters.minilm import MiniLMDecider
+    from asyncache.demo.minilm import MiniLMDecider
 
     return MiniLMDecider("onnx-int8", model_dir=minilm_model_dir)
 
@@ -64,6 +64,6 @@ def minilm_int8(minilm_model_dir: Path, minilm_onnx: MiniLMDecider) -> MiniLMDec
 def minilm_torch() -> MiniLMDecider:
     """``MiniLMDecider("torch")`` (fp32 PyTorch on the CPU, from the packaged weights)."""
     require_model_stack()
-    from asyncache.adapters.minilm import MiniLMDecider
+    from asyncache.demo.minilm import MiniLMDecider
 
     return MiniLMDecider("torch")

@@ -33,7 +33,7 @@ def _model_stack() -> None:
 
 
 def _requests() -> list[tuple[str, list[str]]]:
-    from asyncache.adapters.minilm import EXAMPLE_STATES
+    from asyncache.demo.minilm import EXAMPLE_STATES
 
     return [(state, QUESTIONS) for state in EXAMPLE_STATES]
 

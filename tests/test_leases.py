@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from asyncache import DecisionCache, MemoryStore, cached_prediction, open_store
-from asyncache.tiered import TieredStore
+from asyncache.stores.tiered import TieredStore
 
 from .servers import RedisServer
 

@@ -9,8 +9,8 @@ import tracemalloc
 
 import pytest
 
-from asyncache.memory import MemoryStore, entry_size
-from asyncache.store import DecisionStore, Entry, open_store
+from asyncache.stores import DecisionStore, Entry, open_store
+from asyncache.stores.memory import MemoryStore, entry_size
 
 FAR = time.time() + 3600.0
 

@@ -47,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("RedisStore needs: pip install 'asyncache-ml[redis]'") from exc
 
 from ..errors import ConfigurationError, StoreError
-from ..store import Entry
+from ..stores.protocol import Entry
 from ._redis_url import DEFAULT_PREFIX, Client, connect, redact
 
 __all__ = ["RedisStore"]

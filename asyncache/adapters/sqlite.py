@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("SQLiteStore needs: pip install 'asyncache-ml[sqlite]'") from exc
 
 from ..errors import ConfigurationError, StoreError
-from ..store import Entry
+from ..stores.protocol import Entry
 from ._sqlite_batch import Batch, Batcher, next_iteration
 from ._sqlite_schema import MEMORY, SCHEMA_VERSION, create_private, prepare
 

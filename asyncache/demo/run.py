@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..store import open_store
+from ..stores.registry import open_store
 from .workload import Tally, build_workload, percentile, send_all
 
 __all__ = ["main"]

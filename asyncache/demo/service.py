@@ -23,7 +23,7 @@ from typing import Any
 from ..cache import DecisionCache
 from ..decorator import cached_prediction
 from ..offload import ThreadOffload
-from ..store import open_store
+from ..stores.registry import open_store
 
 __all__ = ["create_app"]
 
@@ -32,7 +32,7 @@ class _CountingModel:
     """The decision model, counting its forward passes and the decisions they made."""
 
     def __init__(self, backend: str) -> None:
-        from ..adapters.minilm import MiniLMDecider
+        from .minilm import MiniLMDecider
 
         self.model = MiniLMDecider(backend)  # type: ignore[arg-type]
         self.fingerprint = self.model.fingerprint

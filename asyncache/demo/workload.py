@@ -39,7 +39,7 @@ _BODIES = (
     "your courier left it in the rain and now it is ruined.",
 )
 _ITEMS = ("a kettle", "headphones", "a desk lamp", "running shoes", "a phone case", "a backpack")
-# Question ids from the decision model's bank (asyncache.adapters.minilm).
+# Question ids from the decision model's bank (asyncache.demo.minilm).
 QUESTION_SETS = (
     ["refund", "human"],
     ["delivery", "cancel"],

