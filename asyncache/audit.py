@@ -15,14 +15,14 @@ import asyncio
 import inspect
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .codec import decode, encode
+from .codec import Decoded, decode, encode
+from .engine import Engine, Unshared
+from .errors import DecodeError
 from .keys import canonical
-
-if TYPE_CHECKING:
-    from .cache import DecisionCache
 
 __all__ = ["Auditor", "Compare", "MismatchHook", "same_decision"]
 
@@ -52,7 +52,7 @@ class Auditor:
     """Samples hits for audit and judges stored decisions against fresh ones.
 
     Args:
-        cache: the cache whose counters, background tasks and secret are used.
+        engine: the engine whose counters, background tasks and secret are used.
         rate: the share of hits audited, from 0 to 1.
         compare: ``compare(stored, fresh)`` is True when they agree;
             ``same_decision`` by default. Pass a tolerance for float outputs.
@@ -62,11 +62,11 @@ class Auditor:
             dropped and counted in ``audits_dropped``.
     """
 
-    __slots__ = ("_cache", "compare", "concurrency", "on_mismatch", "rate", "running")
+    __slots__ = ("_engine", "compare", "concurrency", "on_mismatch", "rate", "running")
 
     def __init__(
         self,
-        cache: DecisionCache,
+        engine: Engine,
         *,
         rate: float,
         compare: Compare | None,
@@ -77,7 +77,7 @@ class Auditor:
             raise ValueError(f"audit_rate must be between 0 and 1, got {rate!r}")
         if concurrency < 1:
             raise ValueError(f"audit_concurrency must be at least 1, got {concurrency!r}")
-        self._cache = cache
+        self._engine = engine
         self.rate = rate
         self.compare: Compare = same_decision if compare is None else compare
         self.on_mismatch = on_mismatch
@@ -90,38 +90,70 @@ class Auditor:
         """Maybe audit a hit on ``key`` whose stored envelope is ``value``; never waits."""
         if random.random() >= self.rate:
             return
-        cache = self._cache
-        if self.running >= self.concurrency or cache._closed:
-            cache._stats.audits_dropped += 1
+        engine = self._engine
+        if self.running >= self.concurrency or engine.closed:
+            engine.stats.audits_dropped += 1
             return
         self.running += 1
-        cache._spawn(self._audit(key, value, compute, inputs))
+        engine.spawn(self._audit(key, value, compute, inputs))
 
     async def _audit(
         self, key: bytes, value: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
     ) -> None:
-        cache = self._cache
+        engine = self._engine
         try:
             # Decoded again here: the caller owns (and may mutate) the copy it was given.
-            stored = decode(value, key=key, secret=cache._secret).value
+            stored = decode(value, key=key, secret=engine.secret).value
             fresh = await compute()
             self.judge(key, inputs, stored, fresh, shadow=False)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            cache._stats.audit_errors += 1
-            cache._log.warning("audit", "asyncache: an audit failed: %r", exc)
+            engine.stats.audit_errors += 1
+            engine.log.warning("audit", "asyncache: an audit failed: %r", exc)
         finally:
             self.running -= 1
 
+    async def shadow(self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any) -> Any:
+        """One call in shadow mode: compute, compare with what a hit would have served,
+        fill the store when it held nothing. Nothing from the store reaches the caller."""
+        engine = self._engine
+        entry = await engine.store_get(key)
+        started = time.perf_counter()
+        fresh = await compute()
+        seconds = time.perf_counter() - started
+        if engine.on_compute is not None:
+            engine.on_compute(seconds)
+        if isinstance(fresh, Unshared):
+            engine.stats.not_admitted += 1
+            return fresh.value
+        stored: Decoded | None = None
+        if entry is not None:
+            try:
+                stored = decode(entry.value, key=key, secret=engine.secret)
+            except DecodeError as exc:
+                await engine.discard_corrupt(key, exc)
+        self.judge_shadow(key, inputs, stored, fresh)
+        if stored is None:
+            await engine.store_result(key, fresh, inputs=inputs, compute_seconds=seconds)
+        return fresh
+
+    def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:
+        """Count one shadow call: a miss, or a hit that would have agreed or not."""
+        if stored is None:
+            self._engine.stats.misses += 1
+            return
+        self._engine.stats.shadow_would_hit += 1
+        self.judge(key, inputs, stored.value, fresh, shadow=True)
+
     def judge(self, key: bytes, inputs: Any, stored: Any, fresh: Any, *, shadow: bool) -> bool:
         """Compare ``stored`` with ``fresh``, count the outcome and report a mismatch."""
-        stats = self._cache._stats
+        stats = self._engine.stats
         try:
             agreed = bool(self.compare(stored, self._as_stored(key, fresh)))
         except Exception as exc:
             # A comparison that cannot decide is a disagreement worth a look.
-            self._cache._log.warning("compare", "asyncache: the audit comparison raised: %r", exc)
+            self._engine.log.warning("compare", "asyncache: the audit comparison raised: %r", exc)
             agreed = False
         if shadow:
             if agreed:
@@ -151,10 +183,10 @@ class Auditor:
         try:
             outcome = self.on_mismatch(inputs, stored, fresh)
         except Exception as exc:
-            self._cache._log.warning("on_mismatch", "asyncache: on_mismatch raised: %r", exc)
+            self._engine.log.warning("on_mismatch", "asyncache: on_mismatch raised: %r", exc)
             return
         if inspect.isawaitable(outcome):
-            self._cache._spawn(self._await_hook(outcome))
+            self._engine.spawn(self._await_hook(outcome))
 
     async def _await_hook(self, outcome: Awaitable[Any]) -> None:
         try:
@@ -162,4 +194,4 @@ class Auditor:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._cache._log.warning("on_mismatch", "asyncache: on_mismatch raised: %r", exc)
+            self._engine.log.warning("on_mismatch", "asyncache: on_mismatch raised: %r", exc)

@@ -7,7 +7,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
-from .cache import MISS, DecisionCache
+from .cache import DecisionCache
+from .engine import MISS
 
 if TYPE_CHECKING:
     from .microbatch import BatchedPrediction
@@ -244,13 +245,13 @@ def cached_prediction(
         binder: _Binder[P] = _Binder(fn, ignore)
         name = namespace or f"{fn.__module__}.{fn.__qualname__}"
         builder = cache.key_builder(name, fingerprint)
-        get_or_compute = cache.get_or_compute
+        get_or_compute = cache.engine.get_or_compute
 
         def make_key(*args: Any, **kwargs: Any) -> bytes:
             inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
             return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
 
-        hit_now = cache.hit_now
+        hit_now = cache.engine.hit_now
         if key is None and scope is None:
             make = binder.make if binder.make is not None else dict
             count = binder.count if binder.make is not None else -1

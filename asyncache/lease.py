@@ -23,15 +23,15 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from .errors import DecodeError
 from .stores.protocol import Entry, LeaseStore
 
 if TYPE_CHECKING:
-    from .cache import DecisionCache
+    from .engine import Engine
 
-__all__ = ["Leases", "lease_store"]
+__all__ = ["LeaseStart", "Leases", "lease_store"]
 
 T = TypeVar("T")
 
@@ -39,22 +39,35 @@ T = TypeVar("T")
 _FAILED: Any = object()
 
 
+class LeaseStart(NamedTuple):
+    """What one attempt to take a lease found, without waiting.
+
+    ``token`` is set when the lease is ours; ``entry`` when a decision was
+    stored meanwhile; ``held`` when another process computes the key. All
+    empty means: compute without a lease (the store failed).
+    """
+
+    token: bytes | None
+    entry: Entry | None
+    held: bool
+
+
 class Leases:
     """Takes, waits on and releases the leases of one cache's flights.
 
     Args:
-        cache: the cache whose store, counters and failure accounting are used.
+        engine: the engine whose counters, timeouts and failure accounting are used.
         store: where the leases live: the cache's store, or a tier's shared L2.
         ttl: seconds a lease lives. Keep it above the slowest computation: a
             computation that outlives its lease lets a waiter take over.
     """
 
-    __slots__ = ("_cache", "_store", "ttl")
+    __slots__ = ("_engine", "_store", "ttl")
 
-    def __init__(self, cache: DecisionCache, store: LeaseStore, *, ttl: float) -> None:
+    def __init__(self, engine: Engine, store: LeaseStore, *, ttl: float) -> None:
         if not ttl > 0:
             raise ValueError(f"lease_ttl must be positive, got {ttl!r}")
-        self._cache = cache
+        self._engine = engine
         self._store = store
         self.ttl = float(ttl)
 
@@ -85,16 +98,38 @@ class Leases:
         ``(None, None)`` means: compute without a lease (a store failure, or a
         wait longer than the cache's ``coalesce_timeout``).
         """
+        start = await self.begin(key)
+        if not start.held:
+            return start.token, start.entry
+        return await self.wait(key)
+
+    async def begin(self, key: bytes) -> LeaseStart:
+        """Try once to take the lease on ``key``; never waits for another process."""
         token = os.urandom(16)
         acquired = await self._acquire(key, token)
         if acquired is _FAILED:
-            return None, None
+            return LeaseStart(None, None, held=False)
         if acquired:
-            return await self._recheck(key, token)
-        stats = self._cache._stats
+            token_or_none, entry = await self._recheck(key, token)
+            return LeaseStart(token_or_none, entry, held=False)
+        return LeaseStart(None, None, held=True)
+
+    async def finish(self, key: bytes, token: bytes | None) -> None:
+        """Release a lease ``begin`` took (nothing when ``token`` is ``None``)."""
+        if token is not None:
+            await self._release(key, token)
+
+    async def wait(self, key: bytes) -> tuple[bytes | None, Entry | None]:
+        """Wait for another process's decision on ``key``, taking the lease over if it dies.
+
+        Returns ``(token, None)`` when the lease became ours, ``(None, entry)``
+        when the decision appeared, ``(None, None)`` to compute without a lease.
+        """
+        token = os.urandom(16)
+        stats = self._engine.stats
         stats.lease_waits += 1
         started = time.monotonic()
-        limit = self._cache.coalesce_timeout
+        limit = self._engine.coalesce_timeout
         deadline = None if limit is None else started + limit
         try:
             while True:
@@ -125,7 +160,7 @@ class Leases:
     async def _recheck(self, key: bytes, token: bytes) -> tuple[bytes | None, Entry | None]:
         """Look once more after acquiring: the last owner may have stored and released
         between our miss and our acquire, and its decision must not be computed again."""
-        entry = await self._cache._store_get(key)
+        entry = await self._engine.store_get(key)
         if entry is not None:
             await self._release(key, token)
             return None, entry
@@ -134,18 +169,20 @@ class Leases:
     async def _acquire(self, key: bytes, token: bytes) -> Any:
         store, ttl = self._store, self.ttl
         return await self._call(
-            "acquire_lease", self._cache.store_timeout, lambda: store.acquire_lease(key, token, ttl)
+            "acquire_lease",
+            self._engine.guard.timeout,
+            lambda: store.acquire_lease(key, token, ttl),
         )
 
     async def _release(self, key: bytes, token: bytes) -> None:
         # If this fails the lease simply expires after its ttl.
         store = self._store
         await self._call(
-            "release_lease", self._cache.store_timeout, lambda: store.release_lease(key, token)
+            "release_lease", self._engine.guard.timeout, lambda: store.release_lease(key, token)
         )
 
     async def _wait(self, key: bytes, wait: float) -> Any:
-        store, slack = self._store, self._cache.store_timeout
+        store, slack = self._store, self._engine.guard.timeout
         return await self._call(
             "wait_for_entry",
             None if slack is None else wait + slack,
@@ -159,7 +196,7 @@ class Leases:
         call: Callable[[], Awaitable[Any]],
     ) -> Any:
         """One lease call; a failure or timeout is ``_FAILED``, counted and logged."""
-        guard = self._cache._guard
+        guard = self._engine.guard
         if guard.cooling():
             return _FAILED  # the store is cooling down after repeated failures
         try:

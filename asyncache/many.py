@@ -1,15 +1,17 @@
-"""The batch path of ``DecisionCache``: one ``get_many``, one compute, one ``add_many``.
+"""The many-keys path of the engine: one ``get_many``, one compute, one ``add_many``.
 
-``DecisionCache.get_or_compute_many`` delegates here. A batch removes its
-duplicate keys, reads them in one call, then, with no ``await`` in between,
-claims every missing key that has no flight, computes all of those in one
-model call and stores them in one ``add_many``; only then does it wait on the
-flights other callers own. Claiming before waiting is what keeps two batches
-from waiting on each other (see ``asyncache.flight``).
+``DecisionCache.get_or_compute_many`` and ``.many()`` of a batched prediction
+come here. A batch removes its duplicate keys, reads them in one call, then,
+with no ``await`` in between, claims every missing key that has no flight,
+computes all of those in one model call and stores them in one ``add_many``;
+only then does it wait on the flights other callers own. Claiming before
+waiting is what keeps two batches from waiting on each other (see
+``asyncache.flight``).
 
-From the cache this uses its settings, its counters (``_stats``), its flight
-table (``_flights``), its store calls (``_guard``) and three steps of the
-single-key path: ``_decode_hit``, ``_prepare`` and ``_winner``.
+The features of the one-key path hold here too: a sampled hit is audited
+(each item alone), shadow mode computes every item and serves nothing from the
+store, and with leases a batch computes only the keys whose lease it took,
+then waits for (or takes over) the keys other processes compute.
 """
 
 from __future__ import annotations
@@ -20,19 +22,21 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .codec import Decoded, decode
+from .errors import DecodeError
 from .flight import Flight
 from .stores.protocol import Entry
 
 if TYPE_CHECKING:
-    from .cache import DecisionCache
+    from .engine import Engine
 
-__all__ = ["get_or_compute_many"]
+__all__ = ["BatchCompute", "get_or_compute_many"]
 
 BatchCompute = Callable[[list[int]], Awaitable[Sequence[Any]]]
 
 
 async def get_or_compute_many(
-    cache: DecisionCache,
+    engine: Engine,
     keys: Sequence[bytes],
     compute: BatchCompute,
     inputs: Sequence[Any] | None = None,
@@ -40,8 +44,8 @@ async def get_or_compute_many(
     """``DecisionCache.get_or_compute_many``: see there."""
     count = len(keys)
     item_inputs: Sequence[Any] = inputs if inputs is not None else [None] * count
-    stats = cache._stats
-    if not cache.enabled:
+    stats = engine.stats
+    if not engine.enabled:
         stats.bypassed += count
         return _raise_item_errors(list(await compute(list(range(count)))))
     first: dict[bytes, int] = {}
@@ -50,32 +54,39 @@ async def get_or_compute_many(
         first.setdefault(key, index)
         uses[key] = uses.get(key, 0) + 1
     unique = list(first)
+    entries = await engine.guard.call("get_many", lambda: engine.store.get_many(unique))
+    found_entries = dict(zip(unique, entries or [None] * len(unique), strict=True))
+    if engine.shadow:
+        return await _shadow(engine, keys, unique, first, found_entries, compute, item_inputs)
     found: dict[bytes, Any] = {}
-    entries = await cache._guard.call("get_many", lambda: cache.store.get_many(unique))
-    for key, entry in zip(unique, entries or [None] * len(unique), strict=True):
+    for key in unique:
+        entry = found_entries[key]
         if entry is not None:
-            decoded = await cache._decode_hit(key, entry, uses[key])
+            decoded = await engine.decode_hit(key, entry, uses[key])
             if decoded is not None:
                 found[key] = decoded.value
+                if engine.sampler is not None:
+                    single = _single(compute, first[key])
+                    engine.sampler.sample(key, entry.value, single, item_inputs[first[key]])
     missing = [key for key in unique if key not in found]
     stats.misses += sum(uses[key] for key in missing)
     # Claim every unclaimed key before awaiting anything: never wait on our own keys.
-    flights = cache._flights
+    flights = engine.flights
     own: list[bytes] = []
     own_flights: list[Flight[Any]] = []
     theirs: list[tuple[bytes, Flight[Any]]] = []
     for key in missing:
-        flight = flights.get(key) if cache.coalesce else None
+        flight = flights.get(key) if engine.coalesce else None
         if flight is not None:
             stats.coalesced += 1
             theirs.append((key, flight))
             continue
-        flight = flights.claim(key) if cache.coalesce else Flight()
+        flight = flights.claim(key) if engine.coalesce else Flight()
         own.append(key)
         own_flights.append(flight)
     if own:
-        work = _fly_batch(cache, own, own_flights, [first[k] for k in own], compute, item_inputs)
-        if cache.coalesce:
+        work = _fly(engine, own, own_flights, [first[k] for k in own], compute, item_inputs)
+        if engine.coalesce:
             flights.start(own, own_flights, work)
         else:
             await work
@@ -85,7 +96,7 @@ async def get_or_compute_many(
         outcomes[key] = flight
     retry: list[bytes] = []
     for key, flight in theirs:
-        done = await flight.wait(cache.coalesce_timeout)
+        done = await flight.wait(engine.coalesce_timeout)
         if not done:
             stats.coalesce_timeouts += 1
         if done and flight.shared and not isinstance(flight.error, asyncio.CancelledError):
@@ -95,27 +106,94 @@ async def get_or_compute_many(
     if retry:
         # Their owners were too slow or refused to share: compute these ourselves.
         alone = [Flight[Any]() for _ in retry]
-        await _fly_batch(cache, retry, alone, [first[k] for k in retry], compute, item_inputs)
+        await _fly(engine, retry, alone, [first[k] for k in retry], compute, item_inputs)
         outcomes.update(zip(retry, alone, strict=True))
-    results: list[Any] = []
-    # Values other callers also hold (flights this batch followed) or that an earlier
-    # item of this batch received are copied: a caller may mutate what it gets.
-    handed: set[bytes] = {key for key, _ in theirs}
-    for key in keys:
-        if key in found:
-            value: Any = found[key]
-        else:
-            flight = outcomes[key]
-            value = flight.error if flight.error is not None else flight.value
-        if key in handed and not isinstance(value, BaseException):
-            value = copy.deepcopy(value)
-        results.append(value)
-        handed.add(key)
-    return _raise_item_errors(results)
+    # Values other callers also hold (flights this batch followed) are copied.
+    shared = {key for key, _ in theirs}
+    return _answers(keys, found, shared, lambda key: _outcome(outcomes[key]))
 
 
-async def _fly_batch(
-    cache: DecisionCache,
+async def _fly(
+    engine: Engine,
+    keys: list[bytes],
+    flights: list[Flight[Any]],
+    indices: list[int],
+    compute: BatchCompute,
+    inputs: Sequence[Any],
+) -> None:
+    """Compute the items of ``keys`` and finish their flights: under leases when leases are on.
+
+    With leases, the keys whose lease this process took (or could not ask
+    for: a store failure) are computed in one call; decisions that appeared
+    meanwhile are adopted; keys another process holds are waited for after
+    that, each under the one-key lease rules (take over a lease that died).
+    """
+    leases = engine.leases
+    if leases is None:
+        await _compute(engine, keys, flights, indices, compute, inputs)
+        return
+    starts = await asyncio.gather(*(leases.begin(key) for key in keys))
+    now: list[int] = []
+    held: list[int] = []
+    for position, (key, flight, start) in enumerate(zip(keys, flights, starts, strict=True)):
+        if start.entry is not None:
+            try:
+                flight.set_result(engine.adopt(key, start.entry))
+                engine.flights.release(key, flight)
+                continue
+            except DecodeError:
+                pass
+        (held if start.held else now).append(position)
+    try:
+        if now:
+            await _compute(
+                engine,
+                [keys[p] for p in now],
+                [flights[p] for p in now],
+                [indices[p] for p in now],
+                compute,
+                inputs,
+            )
+    finally:
+        await asyncio.gather(*(leases.finish(keys[p], starts[p].token) for p in now))
+    if held:
+        await asyncio.gather(
+            *(_wait_held(engine, keys[p], flights[p], indices[p], compute, inputs) for p in held)
+        )
+
+
+async def _wait_held(
+    engine: Engine,
+    key: bytes,
+    flight: Flight[Any],
+    index: int,
+    compute: BatchCompute,
+    inputs: Sequence[Any],
+) -> None:
+    """Finish ``flight`` with another process's decision on ``key``, or compute it alone."""
+    assert engine.leases is not None
+    single = _single(compute, index)
+
+    async def work() -> Any:
+        started = time.perf_counter()
+        result = await single()
+        seconds = time.perf_counter() - started
+        return await engine.store_result(key, result, inputs=inputs[index], compute_seconds=seconds)
+
+    try:
+        value = await engine.leases.run(key, work, lambda entry: engine.adopt(key, entry))
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        flight.set_error(exc)
+    else:
+        flight.set_result(value)
+    finally:
+        engine.flights.release(key, flight)
+
+
+async def _compute(
+    engine: Engine,
     keys: list[bytes],
     flights: list[Flight[Any]],
     indices: list[int],
@@ -124,7 +202,7 @@ async def _fly_batch(
 ) -> None:
     """Compute the items at ``indices`` in one call, store them in one ``add_many``
     and finish each item's flight with the decision that won."""
-    table = cache._flights
+    table = engine.flights
     started = time.perf_counter()
     try:
         results = list(await compute(indices))
@@ -138,8 +216,8 @@ async def _fly_batch(
             flight.set_error(exc)
         return
     seconds = time.perf_counter() - started
-    if cache.on_compute is not None:
-        cache.on_compute(seconds)
+    if engine.on_compute is not None:
+        engine.on_compute(seconds)
     share = seconds / max(len(indices), 1)
     pending: list[tuple[bytes, bytes, float | None]] = []
     waiting: list[tuple[Flight[Any], Any]] = []
@@ -148,7 +226,7 @@ async def _fly_batch(
         if isinstance(result, BaseException):
             flight.set_error(result)
             continue
-        prepared = cache._prepare(key, result, inputs[index], share)
+        prepared = engine.prepare(key, result, inputs[index], share)
         if prepared is None:
             flight.set_result(result)
             continue
@@ -156,10 +234,99 @@ async def _fly_batch(
         waiting.append((flight, result))
     if not pending:
         return
-    added = await cache._guard.call("add_many", lambda: cache.store.add_many(pending))
+    added = await engine.guard.call("add_many", lambda: engine.store.add_many(pending))
     winners: list[Entry | None] = list(added) if added else [None] * len(pending)
     for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
-        flight.set_result(cache._winner(key, value, entry, result))
+        flight.set_result(engine.winner(key, value, entry, result))
+
+
+async def _shadow(
+    engine: Engine,
+    keys: Sequence[bytes],
+    unique: list[bytes],
+    first: dict[bytes, int],
+    entries: dict[bytes, Entry | None],
+    compute: BatchCompute,
+    inputs: Sequence[Any],
+) -> list[Any]:
+    """Shadow mode: compute every item, compare with the stored ones, serve only fresh ones."""
+    auditor = engine.auditor
+    assert auditor is not None  # made with mode="shadow"
+    indices = [first[key] for key in unique]
+    started = time.perf_counter()
+    results = list(await compute(indices))
+    if len(results) != len(indices):
+        raise ValueError(f"the model returned {len(results)} results for {len(indices)} items")
+    seconds = time.perf_counter() - started
+    if engine.on_compute is not None:
+        engine.on_compute(seconds)
+    share = seconds / max(len(indices), 1)
+    fresh: dict[bytes, Any] = dict(zip(unique, results, strict=True))
+    pending: list[tuple[bytes, bytes, float | None]] = []
+    for key, index in zip(unique, indices, strict=True):
+        result = fresh[key]
+        if isinstance(result, BaseException):
+            continue
+        stored = await _decoded(engine, key, entries[key])
+        auditor.judge_shadow(key, inputs[index], stored, result)
+        if stored is None:
+            prepared = engine.prepare(key, result, inputs[index], share)
+            if prepared is not None:
+                pending.append((key, *prepared))
+    if pending:
+        await engine.guard.call("add_many", lambda: engine.store.add_many(pending))
+    return _answers(keys, fresh, set(), fresh.__getitem__)
+
+
+async def _decoded(engine: Engine, key: bytes, entry: Entry | None) -> Decoded | None:
+    """The stored decision a hit would have served; a corrupt one is dropped."""
+    if entry is None:
+        return None
+    try:
+        return decode(entry.value, key=key, secret=engine.secret)
+    except DecodeError as exc:
+        await engine.discard_corrupt(key, exc)
+        return None
+
+
+def _single(compute: BatchCompute, index: int) -> Callable[[], Awaitable[Any]]:
+    """A one-key compute for the item at ``index`` (audits, lease takeovers)."""
+
+    async def one() -> Any:
+        results = list(await compute([index]))
+        if len(results) != 1:
+            raise ValueError(f"the model returned {len(results)} results for 1 item")
+        if isinstance(results[0], BaseException):
+            raise results[0]
+        return results[0]
+
+    return one
+
+
+def _outcome(flight: Flight[Any]) -> Any:
+    return flight.error if flight.error is not None else flight.value
+
+
+def _answers(
+    keys: Sequence[bytes],
+    found: dict[bytes, Any],
+    shared: set[bytes],
+    outcome: Callable[[bytes], Any],
+) -> list[Any]:
+    """One answer per key, in order; the first failed item is raised.
+
+    Values other callers also hold (``shared``) or that an earlier item of this
+    batch received are copied: a caller may mutate what it gets.
+    """
+    results: list[Any] = []
+    handed = set(shared)
+    for key in keys:
+        value = found[key] if key in found else outcome(key)
+        if key in handed and not isinstance(value, BaseException):
+            value = copy.deepcopy(value)
+        results.append(value)
+        handed.add(key)
+    return _raise_item_errors(results)
 
 
 def _raise_item_errors(results: list[Any]) -> list[Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .cache import DecisionCache
+    from .engine import Engine
 
 __all__ = ["WarmSummary", "call_arguments", "warm"]
 
@@ -72,7 +72,7 @@ async def _aiter(inputs: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[An
 
 
 async def warm(
-    cache: DecisionCache,
+    engine: Engine,
     function: Any,
     inputs: Iterable[Any] | AsyncIterable[Any],
     *,
@@ -88,8 +88,6 @@ async def warm(
             "warm() needs a function decorated with @cached_prediction, "
             f"not {getattr(function, '__qualname__', type(function).__name__)}"
         )
-    if function.cache is not cache:
-        raise ValueError("warm() needs a function cached by this DecisionCache")
     summary = WarmSummary(total=len(inputs) if isinstance(inputs, Sized) else None)
     items = _aiter(inputs)
     # One iterator shared by the workers: inputs are read as they are needed, never all at once.
@@ -105,7 +103,7 @@ async def warm(
             try:
                 args, kwargs = call_arguments(item)
                 key = key_of(*args, **kwargs)
-                if await cache._store_get(key) is not None:
+                if await engine.store_get(key) is not None:
                     summary.cached += 1
                 else:
                     await function(*args, **kwargs)

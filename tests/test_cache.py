@@ -291,23 +291,23 @@ async def test_renew_on_hit_renews_at_most_once_per_sixteenth_of_the_ttl() -> No
     await cache.get_or_compute(K1, Calls())
     for _ in range(20):  # fresh entry: younger than ttl/16 = 100 s
         await cache.get_or_compute(K1, Calls())
-    await until(lambda: not cache._background)
+    await until(lambda: not cache.engine.background)
     assert store.calls["renew"] == 0
     age(store, K1, 50.0, 1600.0)
     await cache.get_or_compute(K1, Calls())
-    await until(lambda: not cache._background)
+    await until(lambda: not cache.engine.background)
     assert store.calls["renew"] == 0
     age(store, K1, 150.0, 1600.0)
     for _ in range(20):  # many hits while the entry is due: one renewal
         await cache.get_or_compute(K1, Calls())
-    await until(lambda: not cache._background)
+    await until(lambda: not cache.engine.background)
     assert store.calls["renew"] == 1
     entry = store.inner.get_now(K1)
     assert entry is not None and entry.expires_at is not None
     assert entry.expires_at > time.time() + 1500  # it had 1450 s left
     for _ in range(5):  # just renewed: not due again
         await cache.get_or_compute(K1, Calls())
-    await until(lambda: not cache._background)
+    await until(lambda: not cache.engine.background)
     assert store.calls["renew"] == 1
     assert cache.stats()["renewals"] == 1
     await cache.aclose()
@@ -390,7 +390,7 @@ async def test_the_store_is_tried_again_after_the_cooldown() -> None:
     model = Calls("ok")
     await cache.get_or_compute(K1, model)  # two failures: cool-down
     store.fault = None  # the server came back
-    skipped_until = cache._guard.skip_until
+    skipped_until = cache.engine.guard.skip_until
     await asyncio.sleep(0.02)  # let the cool-down pass (not a timing assertion)
     assert time.monotonic() > skipped_until
     assert await cache.get_or_compute(K1, model) == "ok"  # computes, and stores this time

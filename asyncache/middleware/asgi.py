@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..cache import MISS, DecisionCache
-from ..flight import Flight
+from ..cache import DecisionCache
 from ..keys import KeyBuilder
 from ..stats import RateLimitedLog
+from .exchange import Exchange, ExchangeSettings, OnHit
 from .request import BodyReplay, header_codes, read_body, read_head, request_inputs
-from .response import AdmitResponse, ResponseCapture, StoredResponse, replay_messages, to_value
+from .response import AdmitResponse
 from .routes import Route, RouteTable
 from .stats import MiddlewareStats, middleware_stats
-from .types import ASGIApp, Headers, Message, Receive, Scope, Send
+from .status import StatusHeaders
+from .types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["DecisionCacheMiddleware", "OnHit", "ScopeFunction"]
 
@@ -38,27 +37,6 @@ _log = RateLimitedLog(logger)
 
 ScopeFunction = Callable[[Scope], Any]
 """``scope(asgi_scope)``: the principal or tenant to key under (may be a coroutine function)."""
-OnHit = Callable[[Scope], Any]
-"""``on_hit(asgi_scope)``: called before a stored answer is sent; ``False`` sends none."""
-
-_TOKEN = re.compile(r"[A-Za-z*][A-Za-z0-9!#$%&'*+\-.^_`|~:/]*")
-_REPLAY_ERRORS = (KeyError, TypeError, ValueError, AttributeError, UnicodeEncodeError)
-
-
-class _TaggedSend:
-    """A ``send`` that adds the cache status headers to the start message."""
-
-    __slots__ = ("_extra", "_send")
-
-    def __init__(self, send: Send, extra: Headers) -> None:
-        self._send = send
-        self._extra = extra
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = dict(message)
-            message["headers"] = [*message.get("headers", ()), *self._extra]
-        await self._send(message)
 
 
 class DecisionCacheMiddleware:
@@ -102,6 +80,10 @@ class DecisionCacheMiddleware:
         on_hit: ``on_hit(asgi_scope)`` runs before a stored (or shared) answer is
             sent, to meter or authorize it (sync or async). ``False`` (or an
             exception) sends the request to the app instead.
+        audit: let the cache's ``audit_rate`` sample hits of these routes: a
+            sampled hit runs the app again in the background, with the same
+            request, and compares its response with the stored one. Only for
+            routes the app may safely run twice (idempotent predictions).
 
     Raises:
         ValueError: an option is out of range or both ``routes`` and ``paths`` are given.
@@ -125,6 +107,7 @@ class DecisionCacheMiddleware:
         status_header: str | None = "X-Cache",
         cache_status: bool | str = False,
         on_hit: OnHit | None = None,
+        audit: bool = False,
     ) -> None:
         if routes is not None and paths is not None:
             raise ValueError("give routes or paths, not both")
@@ -144,24 +127,19 @@ class DecisionCacheMiddleware:
         self._codes = header_codes(
             vary_names, [name.lower().encode("latin-1") for name in credentials]
         )
-        # What a response's Vary may name: what the key holds.
-        self._keyed = frozenset([*vary_names, b"content-type"])
         self._scope_fn = scope
-        self._admit = admit
-        self._statuses = frozenset(statuses)
-        self._on_hit = on_hit
-        self._status_name = status_header.lower().encode("latin-1") if status_header else None
-        if cache_status is True:
-            cache_status = "asyncache"
-        self._cache_name: str | None = None
-        if cache_status:
-            name = str(cache_status)
-            self._cache_name = name if _TOKEN.fullmatch(name) else '"' + name.replace('"', "") + '"'
-        # Our own headers are never stored: a hit writes fresh ones.
-        self._own = frozenset(
-            name for name in (self._status_name, b"cache-status") if name is not None
+        self._headers = StatusHeaders(status_header, cache_status)
+        self._settings = ExchangeSettings(
+            app=app,
+            engine=cache.engine,
+            stats=self.stats,
+            headers=self._headers,
+            statuses=frozenset(statuses),
+            keyed=frozenset([*vary_names, b"content-type"]),  # what a response's Vary may name
+            admit=admit,
+            on_hit=on_hit,
+            audit=audit,
         )
-        self._headers: dict[str, Headers] = {}
 
     def __repr__(self) -> str:
         return f"DecisionCacheMiddleware(app={self.app!r}, cache={self.cache!r})"
@@ -183,8 +161,8 @@ class DecisionCacheMiddleware:
         cache = self.cache
         if not cache.enabled:
             self.stats.outcomes["disabled"] += 1
-            cache._stats.bypassed += 1
-            await self.app(scope, receive, self._tagged(send, "disabled"))
+            cache.engine.stats.bypassed += 1
+            await self.app(scope, receive, self._headers.tagged(send, "disabled"))
             return
         head = read_head(scope.get("headers", ()), self._codes, self._vary_count)
         if head.no_store:
@@ -232,195 +210,11 @@ class DecisionCacheMiddleware:
             _log.warning("key", "asyncache: the request cannot be keyed (%s); bypassing", exc)
             await self._bypass(scope, BodyReplay(replay, receive), send, "unkeyable")
             return
-        # Shadow mode serves no hits: every request runs the app and fills the store.
-        found = MISS if cache.mode != "live" else cache.hit_now(key)
-        if found is MISS and cache.mode == "live":
-            # What the synchronous path cannot settle: a remote store, audits, corruption.
-            decoded = await cache.lookup(key)
-            if decoded is not None:
-                found = decoded.value
-        if found is not MISS:
-            answer = self._replay(scope, found, "hit")
-            if answer is None:
-                refused = "unreadable_entry"
-            elif self._on_hit is None or await self._hit_allowed(scope):
-                self.stats.outcomes["hit"] += 1
-                await send(answer[0])
-                await send(answer[1])
-                return
-            else:
-                refused = "on_hit"
-            await self._bypass(scope, BodyReplay(replay, receive), send, refused)
-            return
-        await self._miss(scope, BodyReplay(replay, receive), send, key, inputs)
-
-    async def _miss(
-        self, scope: Scope, receive: Receive, send: Send, key: bytes, inputs: list[Any]
-    ) -> None:
-        cache = self.cache
-        stats = cache._stats
-        stats.misses += 1
-        if not cache.coalesce:
-            await _Miss(self, key, inputs, None).run(scope, receive, send)
-            return
-        flights = cache._flights
-        flight = flights.get(key)
-        if flight is None:
-            await _Miss(self, key, inputs, flights.claim(key)).run(scope, receive, send)
-            return
-        stats.coalesced += 1
-        if await flight.wait(cache.coalesce_timeout):
-            if flight.shared and flight.error is None and flight.value is not None:
-                answer = self._replay(scope, flight.value, "shared")
-                if answer is not None:
-                    if self._on_hit is not None and not await self._hit_allowed(scope):
-                        await self._bypass(scope, receive, send, "on_hit")
-                        return
-                    self.stats.outcomes["shared"] += 1
-                    await send(answer[0])
-                    await send(answer[1])
-                    return
-            # The leader's response was not stored: it was for that client only.
-        else:
-            stats.coalesce_timeouts += 1
-        await _Miss(self, key, inputs, None).run(scope, receive, send)
-
-    def _replay(self, scope: Scope, value: Any, outcome: str) -> tuple[Message, Message] | None:
-        """The messages answering from ``value``; ``None`` when it is not a stored response."""
-        try:
-            return replay_messages(
-                value, self._outcome_headers(outcome), head=scope["method"] == "HEAD"
-            )
-        except _REPLAY_ERRORS:
-            _log.warning("entry", "asyncache: an entry under a route is not a stored response")
-            return None
-
-    async def _hit_allowed(self, scope: Scope) -> bool:
-        assert self._on_hit is not None
-        try:
-            verdict = self._on_hit(scope)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
-        except Exception as exc:
-            _log.warning("on_hit", "asyncache: the on_hit hook raised %r; calling the app", exc)
-            return False
-        return verdict is not False
+        exchange = Exchange(
+            self._settings, scope, BodyReplay(replay, receive), send, key, inputs, body
+        )
+        await exchange.run()
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
-        self.stats.outcomes["bypass"] += 1
-        self.stats.bypassed(reason)
-        self.cache._stats.bypassed += 1
-        await self.app(scope, receive, self._tagged(send, "bypass", reason))
-
-    def _tagged(self, send: Send, outcome: str, reason: str | None = None) -> Send:
-        extra = self._outcome_headers(outcome, reason)
-        return _TaggedSend(send, extra) if extra else send
-
-    def _outcome_headers(self, outcome: str, reason: str | None = None) -> Headers:
-        """The status headers of one outcome (computed once per outcome and reason)."""
-        memo = outcome if reason is None else f"{outcome}:{reason}"
-        headers = self._headers.get(memo)
-        if headers is None:
-            headers = []
-            if self._status_name is not None:
-                headers.append((self._status_name, outcome.encode()))
-            if self._cache_name is not None:
-                headers.append((b"cache-status", _cache_status(self._cache_name, outcome, reason)))
-            self._headers[memo] = headers
-        return headers
-
-
-def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
-    """An RFC 9211 ``Cache-Status`` member for one outcome."""
-    if outcome == "hit":
-        member = f"{name}; hit"
-    elif outcome == "miss":
-        member = f"{name}; fwd=uri-miss"
-    elif outcome == "shared":
-        member = f"{name}; fwd=uri-miss; collapsed"
-    elif reason == "no_store":
-        member = f"{name}; fwd=request; detail=no-store"
-    else:
-        member = f"{name}; fwd=bypass; detail={reason or outcome}"
-    return member.encode("latin-1")
-
-
-class _Miss:
-    """One request that runs the app: captures, admits and stores its response.
-
-    With a flight, it is the leader of the requests for its key: whatever
-    happens to it (its response is refused, the app raises, the request is
-    cancelled), the flight ends, and waiting requests run the app themselves
-    unless it ended with a stored response.
-    """
-
-    __slots__ = ("flight", "inputs", "key", "middleware", "started")
-
-    def __init__(
-        self,
-        middleware: DecisionCacheMiddleware,
-        key: bytes,
-        inputs: list[Any],
-        flight: Flight[Any] | None,
-    ) -> None:
-        self.middleware = middleware
-        self.key = key
-        self.inputs = inputs
-        self.flight = flight
-        self.started = 0.0
-
-    async def run(self, scope: Scope, receive: Receive, send: Send) -> None:
-        middleware = self.middleware
-        middleware.stats.outcomes["miss"] += 1
-        capture = ResponseCapture(
-            send,
-            scope=scope,
-            extra=middleware._outcome_headers("miss"),
-            statuses=middleware._statuses,
-            keyed=middleware._keyed,
-            limit=middleware.cache.max_entry_bytes,
-            admit=middleware._admit,
-            finish=self.finish,
-        )
-        self.started = time.perf_counter()
-        try:
-            await middleware.app(scope, receive, capture)
-        finally:
-            if not capture.finished:
-                # The app raised, was cancelled, or ended without a whole response.
-                self._not_admitted("incomplete")
-            self._end(None, shared=False)
-
-    async def finish(self, response: StoredResponse | None, reason: str | None) -> None:
-        """Store an admitted response and end the flight; called once the client has it."""
-        cache = self.middleware.cache
-        seconds = time.perf_counter() - self.started
-        if cache.on_compute is not None:
-            cache.on_compute(seconds)
-        if response is None:
-            self._not_admitted(reason or "refused")
-            self._end(None, shared=False)
-            return
-        value = to_value(response, self.middleware._own, head=self.inputs[0] == "HEAD")
-        try:
-            winner = await cache.store_result(
-                self.key, value, inputs=self.inputs, compute_seconds=seconds
-            )
-        except Exception as exc:
-            # The client already has its answer; a cache failure must not reach the app.
-            _log.warning("store", "asyncache: storing a response failed: %r", exc)
-            self._end(None, shared=False)
-            return
-        # store_result hands back the very object it was given when it kept nothing
-        # (the cache's own ttl, admit or size rules): such a response is not shared.
-        self._end(winner, shared=winner is not value)
-
-    def _not_admitted(self, reason: str) -> None:
-        self.middleware.stats.not_admitted(reason)
-        self.middleware.cache._stats.not_admitted += 1
-
-    def _end(self, value: Any, *, shared: bool) -> None:
-        flight = self.flight
-        if flight is not None and not flight.done.is_set():
-            self.middleware.cache._flights.release(self.key, flight)
-            flight.set_result(value, shared=shared)
+        self._settings.count_bypass(reason)
+        await self.app(scope, receive, self._headers.tagged(send, "bypass", reason))

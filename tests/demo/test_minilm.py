@@ -24,7 +24,7 @@ def _model_stack() -> None:
 
 
 def _minilm() -> Any:
-    from asyncache.adapters import minilm
+    from asyncache.demo import minilm
 
     return minilm
 

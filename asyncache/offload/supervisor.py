@@ -1,0 +1,304 @@
+"""The parent's side of one worker process: a thread that feeds it calls and replaces it.
+
+Each ``ProcessOffload`` worker is a process plus a thread in the parent that
+owns it. The thread takes one call at a time from the pool's queue, sends it
+down the process's pipe and waits for the reply or the process's death, so a
+dead process fails only the call it held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import OffloadError, WorkerDiedError
+from .base import post_outcome
+from .worker import FunctionRef, worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+__all__ = ["Job", "WorkerSupervisor"]
+
+
+class Job:
+    """One call waiting for, or running in, a worker process.
+
+    Args:
+        target: the function, by name or as it is (see ``ProcessOffload.run``).
+        args: positional arguments for the call.
+        kwargs: keyword arguments for the call.
+        name: names the function in error messages.
+        loop: the loop of the caller that awaits ``future``.
+        future: completed with the call's outcome.
+    """
+
+    __slots__ = ("args", "cancelled", "future", "kwargs", "loop", "name", "target")
+
+    def __init__(
+        self,
+        target: FunctionRef | Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.target = target
+        self.args = args
+        self.kwargs = kwargs
+        self.name = name
+        self.loop = loop
+        self.future = future
+        self.cancelled = False
+
+    def give_up(self, _future: asyncio.Future[Any]) -> None:
+        """Done callback of ``future``: a cancelled call is skipped, not sent."""
+        # A plain attribute store: read by the worker thread before it sends the call.
+        if _future.cancelled():
+            self.cancelled = True
+
+    def finish(self, ok: bool, value: Any) -> None:
+        """Hand the call's result (``ok``) or exception to its caller's loop."""
+        post_outcome(self.loop, self.future, ok, value)
+
+
+class _RemoteTraceback(Exception):
+    """Carries a worker's formatted traceback as the ``__cause__`` of its exception."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
+
+
+def _exit_reason(code: int | None) -> str:
+    import signal
+
+    if code is None:
+        return "unknown exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _join(process: BaseProcess, timeout: float) -> None:
+    """Join ``process``: politely, then with SIGTERM, then with SIGKILL."""
+    process.join(timeout)
+    if process.exitcode is None:
+        process.terminate()
+        process.join(1.0)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+    process.close()
+
+
+class WorkerSupervisor:
+    """One worker process and the parent thread that feeds it calls.
+
+    The thread takes a call from the pool's queue only when its process is
+    idle, so at any moment it knows exactly which call its process runs: when
+    the process dies, that call, and no other, fails. ``deaths`` and
+    ``restarts`` count what happened to this worker's processes.
+
+    Args:
+        jobs: the pool's queue; ``None`` in it tells one worker to stop.
+        index: names the thread and the process.
+        context: the multiprocessing start method, ``"spawn"`` or ``"forkserver"``.
+        initializer: what each new process runs once, or ``None``.
+        initargs: arguments for ``initializer``.
+        stop_timeout: seconds a process may take to exit before it is terminated.
+    """
+
+    def __init__(
+        self,
+        jobs: queue.SimpleQueue[Job | None],
+        index: int,
+        *,
+        context: str,
+        initializer: FunctionRef | Callable[..., Any] | None,
+        initargs: tuple[Any, ...],
+        stop_timeout: float,
+    ) -> None:
+        self.jobs = jobs
+        self.index = index
+        self.context = context
+        self.initializer = initializer
+        self.initargs = initargs
+        self.stop_timeout = stop_timeout
+        self.process: BaseProcess | None = None
+        self.conn: Connection | None = None
+        self.pid: int | None = None
+        self.spawned = False
+        self.deaths = 0
+        self.restarts = 0
+        self.start_error: BaseException | None = None
+        self.started = threading.Event()
+        self.thread = threading.Thread(
+            target=self._serve, name=f"asyncache-process-{index}", daemon=True
+        )
+
+    def _serve(self) -> None:
+        try:
+            self.start_error = self._spawn()  # load the model before the first call arrives
+            self.started.set()
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    return
+                if job.cancelled:
+                    continue
+                try:
+                    if not self._alive():
+                        error = self._spawn()
+                        if error is not None:
+                            job.finish(False, error)
+                            continue
+                    self._execute(job)
+                except Exception as exc:
+                    # Whatever went wrong here, the caller gets an answer and the worker serves on.
+                    job.finish(False, OffloadError(f"the process pool failed a call: {exc!r}"))
+                    self._reap()
+        finally:
+            self.started.set()
+            self._stop()
+
+    def _alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    def _spawn(self) -> BaseException | None:
+        """Start a process and wait until its initializer ran; the error when it failed."""
+        self._reap()
+        if self.spawned:
+            self.restarts += 1
+        self.spawned = True
+        import multiprocessing  # only process pools need it
+
+        context: Any = multiprocessing.get_context(self.context)
+        parent, child = context.Pipe(duplex=True)
+        process = context.Process(
+            target=worker_main,
+            args=(child, self.initializer, self.initargs),
+            name=f"asyncache-worker-{self.index}",
+            daemon=True,
+        )
+        try:
+            process.start()
+        except Exception as exc:
+            parent.close()
+            child.close()
+            return OffloadError(f"could not start a worker process: {exc!r}")
+        finally:
+            child.close()
+        self.process, self.conn, self.pid = process, parent, process.pid
+        try:
+            kind, payload, remote = self._receive()
+        except Exception as exc:
+            # The initializer's exception could not be rebuilt in this process.
+            kind, payload, remote = "init_error", OffloadError(repr(exc)), None
+        if kind == "ready":
+            return None
+        self._reap()
+        if kind == "init_error":
+            error = OffloadError(f"the worker initializer raised {payload!r}")
+            error.__cause__ = _RemoteTraceback(remote or "")
+            return error
+        return WorkerDiedError(f"a worker process died while starting ({payload})")
+
+    def _receive(self) -> tuple[str, Any, str | None]:
+        """Wait for the process's next message, or its death (``("died", reason, None)``)."""
+        from multiprocessing.connection import wait
+
+        process, conn = self.process, self.conn
+        assert process is not None and conn is not None
+        wait([conn, process.sentinel])
+        if conn.poll():
+            try:
+                message: tuple[str, Any, str | None] = conn.recv()
+            except (EOFError, OSError):
+                pass
+            else:
+                return message
+        process.join(1.0)
+        return "died", _exit_reason(process.exitcode), None
+
+    def _execute(self, job: Job) -> None:
+        conn = self.conn
+        assert conn is not None
+        try:
+            conn.send((job.target, job.args, job.kwargs))
+        except OSError:
+            # The process died before it read the call, so the call never ran.
+            self.jobs.put(job)
+            self._reap()
+            return
+        except Exception as exc:
+            job.finish(
+                False,
+                TypeError(
+                    f"ProcessOffload could not send the arguments of {job.name} to a worker "
+                    f"process (they must be picklable): {exc!r}"
+                ),
+            )
+            return
+        try:
+            kind, payload, remote = self._receive()
+        except Exception as exc:
+            # The reply arrived but could not be rebuilt here (an exception class
+            # whose __init__ takes other arguments, say); the pipe is still in step.
+            job.finish(False, OffloadError(f"the reply to {job.name} could not be read: {exc!r}"))
+            return
+        if kind == "ok":
+            job.finish(True, payload)
+        elif kind == "error":
+            if remote and isinstance(payload, BaseException) and payload.__cause__ is None:
+                payload.__cause__ = _RemoteTraceback(remote)
+            job.finish(False, payload)
+        else:
+            pid = self.pid
+            self._reap()
+            self.deaths += 1
+            job.finish(
+                False,
+                WorkerDiedError(
+                    f"the worker process (pid {pid}) running {job.name} died ({payload}); "
+                    "the pool replaced it"
+                ),
+            )
+            # Replace it now, so the next call does not wait for the model to load.
+            self._spawn()
+
+    def _reap(self) -> None:
+        """Forget a dead (or never ready) process, collecting its exit status."""
+        process, conn = self.process, self.conn
+        self.process = self.conn = None
+        self.pid = None
+        if conn is not None:
+            conn.close()
+        if process is not None:
+            _join(process, self.stop_timeout)
+
+    def _stop(self) -> None:
+        """Ask the process to exit after its current call; terminate it when it does not."""
+        if self.conn is not None:
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+        process, conn = self.process, self.conn
+        self.process = self.conn = None
+        self.pid = None
+        if conn is not None:
+            conn.close()
+        if process is not None:
+            _join(process, self.stop_timeout)
