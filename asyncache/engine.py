@@ -26,17 +26,17 @@ audits, many keys, warming) receive this object and use its public members.
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import orjson
 
 from .codec import PLAIN_HEADER, Decoded, decode, decode_envelope
 from .errors import DecodeError
-from .flight import Flight, FlightTable
+from .flight import Flight, FlightTable, copy_for_caller, error_for_caller
 from .guard import StoreGuard
+from .parts import Leasing, Sampler
 from .stats import CacheStats, RateLimitedLog
 from .stores.memory import MemoryStore
 from .stores.protocol import DecisionStore, Entry
@@ -47,9 +47,6 @@ __all__ = [
     "AdmitHook",
     "Engine",
     "Fingerprint",
-    "LeaseAttempt",
-    "Leasing",
-    "Sampler",
     "Source",
     "TtlHook",
     "Unshared",
@@ -78,60 +75,6 @@ class Unshared(Generic[T]):
 
     def __init__(self, value: T) -> None:
         self.value = value
-
-
-class Sampler(Protocol):
-    """What the path needs of an auditor (``asyncache.audit.Auditor``)."""
-
-    def sample(
-        self, key: bytes, value: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
-    ) -> None:
-        """Maybe audit a hit in the background; never waits."""
-
-    def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:
-        """Count one shadow call: a miss, or a hit that would have agreed or not."""
-        ...
-
-    async def shadow(self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any) -> Any:
-        """One call in shadow mode: compute, compare with the stored decision, fill the store."""
-        ...
-
-
-class LeaseAttempt(Protocol):
-    """One try at a lease (``asyncache.lease.LeaseStart``)."""
-
-    @property
-    def token(self) -> bytes | None:
-        """Set when the lease is ours."""
-        ...
-
-    @property
-    def entry(self) -> Entry | None:
-        """Set when a decision was stored meanwhile."""
-        ...
-
-    @property
-    def held(self) -> bool:
-        """Whether another process holds the lease."""
-        ...
-
-
-class Leasing(Protocol):
-    """What the path needs of the leases (``asyncache.lease.Leases``)."""
-
-    async def run(
-        self, key: bytes, work: Callable[[], Awaitable[T]], adopt: Callable[[Entry], T]
-    ) -> T:
-        """Run ``work`` under the lease on ``key``, or adopt another process's entry."""
-        ...
-
-    async def begin(self, key: bytes) -> LeaseAttempt:
-        """Try once to take the lease on ``key``."""
-        ...
-
-    async def finish(self, key: bytes, token: bytes | None) -> None:
-        """Release a lease ``begin`` took."""
-        ...
 
 
 class Engine(StoreSide):
@@ -299,6 +242,15 @@ class Engine(StoreSide):
 
     # -- the miss path -------------------------------------------------------
 
+    async def _lead(
+        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any, source: Source | None
+    ) -> Any:
+        """Start the flight for ``key`` and wait for it (``get_or_compute`` inlines this)."""
+        flight = self.flights.claim(key)
+        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+        await flight.done.wait()
+        return flight.outcome()
+
     async def _fly(
         self,
         key: bytes,
@@ -329,14 +281,28 @@ class Engine(StoreSide):
         inputs: Any,
         source: Source | None,
     ) -> T:
-        if await flight.wait(self.coalesce_timeout):
-            if flight.shared and not isinstance(flight.error, asyncio.CancelledError):
-                if flight.error is not None:
-                    raise flight.error
-                if source is not None:
-                    source("shared")
-                # Each follower gets its own copy: callers may mutate what they receive.
-                return copy.deepcopy(flight.value)  # type: ignore[return-value]
+        while await flight.wait(self.coalesce_timeout):
+            if isinstance(flight.error, asyncio.CancelledError):
+                # The leader was cancelled (or its model raised CancelledError): the
+                # followers elect one new leader instead of each computing alone.
+                following = self.flights.get(key)
+                if following is None:
+                    following = self.flights.claim(key)
+                    self.flights.launch(
+                        following, self._fly(key, following, compute, inputs, source)
+                    )
+                    await following.done.wait()
+                    return following.outcome()  # type: ignore[no-any-return]
+                flight = following
+                continue
+            if not flight.shared:
+                break  # the leader's result was for its own caller only
+            if flight.error is not None:
+                raise error_for_caller(flight.error, flight.traceback)
+            if source is not None:
+                source("shared")
+            # Each follower gets its own copy: callers may mutate what they receive.
+            return copy_for_caller(flight.value)  # type: ignore[return-value]
         else:
             self.stats.coalesce_timeouts += 1
         value, _ = await self._compute_alone(key, compute, inputs)

@@ -16,10 +16,11 @@ stuck owner.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Flight", "FlightTable"]
+__all__ = ["Flight", "FlightTable", "copy_for_caller", "error_for_caller"]
 
 T = TypeVar("T")
 
@@ -32,12 +33,13 @@ class Flight(Generic[T]):
     compute by themselves.
     """
 
-    __slots__ = ("done", "error", "followers", "shared", "task", "value")
+    __slots__ = ("done", "error", "followers", "shared", "task", "traceback", "value")
 
     def __init__(self) -> None:
         self.done = asyncio.Event()
         self.value: T | None = None
         self.error: BaseException | None = None
+        self.traceback: Any = None
         self.shared = True
         self.followers = 0
         self.task: asyncio.Task[None] | None = None
@@ -49,12 +51,14 @@ class Flight(Generic[T]):
 
     def set_error(self, error: BaseException) -> None:
         self.error = error
+        # Kept apart: every raise of a shared exception would otherwise grow this one.
+        self.traceback = error.__traceback__
         self.done.set()
 
     def outcome(self) -> T:
-        """The result, or raise the flight's exception."""
+        """The result, or raise the flight's exception (a copy of it for this caller)."""
         if self.error is not None:
-            raise self.error
+            raise error_for_caller(self.error, self.traceback)
         return self.value  # type: ignore[return-value]
 
     async def wait(self, timeout: float | None) -> bool:  # noqa: ASYNC109 - per-waiter bound
@@ -162,3 +166,38 @@ class FlightTable(Generic[T]):
                 del self._flights[key]
                 if not flight.done.is_set():
                     flight.set_error(asyncio.CancelledError("the computation was cancelled"))
+
+
+def error_for_caller(error: BaseException, traceback: Any) -> BaseException:
+    """A caller's own copy of a flight's exception, carrying only the computation's traceback.
+
+    Raising one exception object in many waiters chains each waiter's frames
+    onto its traceback (a thousand waiters: thousands of frames, each keeping
+    its frame alive). A copy per waiter keeps every traceback short. An
+    exception that cannot be copied is raised as it is, its traceback reset.
+    """
+    try:
+        mine = copy.copy(error)
+    except Exception:
+        mine = error
+    else:
+        if type(mine) is not type(error):
+            mine = error
+        else:
+            mine.__cause__ = error.__cause__
+            mine.__context__ = error.__context__
+            mine.__suppress_context__ = error.__suppress_context__
+    return mine.with_traceback(traceback)
+
+
+def copy_for_caller(value: T) -> T:
+    """A caller's own copy of a value other callers hold too: callers may mutate theirs.
+
+    A value that cannot be copied (it holds a lock, a generator, a socket) is
+    handed over as it is: the caller gets its result, never an error from the
+    cache.
+    """
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value

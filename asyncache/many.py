@@ -17,14 +17,13 @@ then waits for (or takes over) the keys other processes compute.
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .codec import Decoded, decode
 from .errors import DecodeError
-from .flight import Flight
+from .flight import Flight, copy_for_caller
 from .stores.protocol import Entry
 
 if TYPE_CHECKING:
@@ -323,7 +322,7 @@ def _answers(
     for key in keys:
         value = found[key] if key in found else outcome(key)
         if key in handed and not isinstance(value, BaseException):
-            value = copy.deepcopy(value)
+            value = copy_for_caller(value)
         results.append(value)
         handed.add(key)
     return _raise_item_errors(results)
