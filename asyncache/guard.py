@@ -5,6 +5,11 @@ engine makes goes through ``StoreGuard.call``: one that raises or outlasts
 ``store_timeout`` is ``None`` to the caller (a miss, a skipped write), is
 counted in ``errors`` and logged at a bounded rate; after ``failure_threshold``
 failures in a row the store is left alone for ``failure_cooldown`` seconds.
+
+Reads and writes keep their own health: a store that cannot write for a while
+(another process holds SQLite's write lock, a Redis replica is read-only) keeps
+answering hits, and a store that cannot read does not stop the writes that
+fill it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from typing import Any, TypeVar
 
 from .stats import CacheStats, RateLimitedLog
 
-__all__ = ["StoreGuard"]
+__all__ = ["READS", "Health", "StoreGuard"]
+
+# The calls that only read; every other call (add, renew, delete, leases...) writes.
+READS = frozenset({"get", "get_many"})
 
 T = TypeVar("T")
 
@@ -48,6 +56,22 @@ def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T
                 return stop.value  # type: ignore[no-any-return]
 
 
+class Health:
+    """Failures in a row of one kind of call, and the cool-down they started."""
+
+    __slots__ = ("failures", "skip_until")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        """Failures in a row; a success sets it back to zero."""
+        self.skip_until = 0.0
+        """``time.monotonic()`` until which these calls are skipped; 0 when they are not."""
+
+    def cooling(self) -> bool:
+        """Whether these calls are being skipped after repeated failures."""
+        return bool(self.skip_until) and time.monotonic() < self.skip_until
+
+
 class StoreGuard:
     """Runs one cache's store calls under its timeout and failure accounting.
 
@@ -69,9 +93,9 @@ class StoreGuard:
         "_timed",
         "failure_cooldown",
         "failure_threshold",
-        "failures",
-        "skip_until",
+        "reads",
         "timeout",
+        "writes",
     )
 
     def __init__(
@@ -89,10 +113,10 @@ class StoreGuard:
         self.failure_cooldown = failure_cooldown
         self._stats = stats
         self._log = log
-        self.failures = 0
-        """Failures in a row; a success sets it back to zero."""
-        self.skip_until = 0.0
-        """``time.monotonic()`` until which the store is skipped; 0 when it is not."""
+        self.reads = Health()
+        """The health of ``get`` and ``get_many``."""
+        self.writes = Health()
+        """The health of every other call."""
         self.use(store)
 
     def use(self, store: object) -> None:
@@ -100,9 +124,13 @@ class StoreGuard:
         # Read once: the hit path then tests one attribute of ours, not the store's.
         self._timed = getattr(store, "enforces_timeouts", False) is not True
 
-    def cooling(self) -> bool:
-        """Whether the store is being skipped after repeated failures."""
-        return bool(self.skip_until) and time.monotonic() < self.skip_until
+    def health(self, what: str) -> Health:
+        """The health that call ``what`` counts toward."""
+        return self.reads if what in READS else self.writes
+
+    def cooling(self, what: str) -> bool:
+        """Whether calls like ``what`` are being skipped after repeated failures."""
+        return self.health(what).cooling()
 
     async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T | None:
         """Run ``make()``'s store call; a failure or timeout is ``None``, counted and logged.
@@ -111,10 +139,11 @@ class StoreGuard:
             what: the call's name, for the log (``"get"``, ``"add_many"``...).
             make: starts the call; not called at all while the store cools down.
         """
-        if self.skip_until:
-            if time.monotonic() < self.skip_until:
+        health = self.reads if what in READS else self.writes
+        if health.skip_until:
+            if time.monotonic() < health.skip_until:
                 return None
-            self.skip_until = 0.0
+            health.skip_until = 0.0
         try:
             awaitable = make()
             if not self._timed:
@@ -135,20 +164,23 @@ class StoreGuard:
         except Exception as exc:
             self.failed(what, exc)
             return None
-        self.failures = 0
+        health.failures = 0
         return result
 
     def failed(self, what: str, exc: Exception) -> None:
-        """Count and log a failed store call; start the cool-down after too many in a row."""
+        """Count and log a failed store call; start its kind's cool-down after too many in a row."""
         self._stats.errors += 1
-        self.failures += 1
+        health = self.health(what)
+        health.failures += 1
         reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
         self._log.warning(what, "asyncache: store %s %s; treated as a miss", what, reason)
-        if self.failures >= self.failure_threshold:
-            self.skip_until = time.monotonic() + self.failure_cooldown
+        if health.failures >= self.failure_threshold:
+            health.skip_until = time.monotonic() + self.failure_cooldown
+            kind = "reads" if health is self.reads else "writes"
             self._log.warning(
-                "cooldown",
-                "asyncache: %d store failures in a row; skipping the store for %.1fs",
-                self.failures,
+                f"cooldown-{kind}",
+                "asyncache: %d store %s failed in a row; skipping them for %.1fs",
+                health.failures,
+                kind,
                 self.failure_cooldown,
             )

@@ -197,7 +197,7 @@ class Leases:
     ) -> Any:
         """One lease call; a failure or timeout is ``_FAILED``, counted and logged."""
         guard = self._engine.guard
-        if guard.cooling():
+        if guard.cooling(what):
             return _FAILED  # the store is cooling down after repeated failures
         try:
             async with asyncio.timeout(timeout):

@@ -40,7 +40,7 @@ async def test_a_store_that_suspends_is_timed() -> None:
     store = SlowStore(enforces_timeouts=False)
     guard = guard_of(store, stats)
     assert await guard.call("get", store.get) is None
-    assert stats.errors == 1 and guard.failures == 1 and not guard.cooling()
+    assert stats.errors == 1 and guard.reads.failures == 1 and not guard.cooling("get")
 
 
 async def test_a_store_that_enforces_its_timeouts_is_not_timed_again() -> None:
@@ -75,11 +75,11 @@ async def test_the_cooldown_skips_the_call_and_a_success_resets_the_count() -> N
         return "now"
 
     assert await guard.call("get", timed.get) is None
-    assert guard.failures == 1
+    assert guard.reads.failures == 1
     assert await guard.call("get", quick) == "now"
-    assert guard.failures == 0
+    assert guard.reads.failures == 0
     assert await guard.call("get", timed.get) is None
     assert await guard.call("get", timed.get) is None
-    assert guard.cooling() and stats.errors == 3
+    assert guard.cooling("get") and stats.errors == 3
     assert await guard.call("get", quick) is None  # the store is cooling down
     assert made == ["quick"] and stats.errors == 3
