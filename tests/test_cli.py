@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -97,10 +98,31 @@ def test_stats_of_a_sqlite_store(filled: str) -> None:
     assert store["without_expiry"] == 1
     assert store["stored_bytes"] == 320
     assert store["next_expiry"] < store["last_expiry"]
+    assert (store["kind"], store["schema_version"]) == ("sqlite", 1)
     table = run("stats", filled)
     assert table.returncode == 0, table.stderr
     assert "entries" in table.stdout and "expired" in table.stdout
     assert "320 B" in table.stdout
+    assert "schema version" in table.stdout
+
+
+def test_stats_of_a_tier_shows_the_shared_store(filled: str) -> None:
+    result = run("stats", f"tiered+{filled}", "--json")
+    assert result.returncode == 0, result.stderr
+    store = json.loads(result.stdout)["store"]
+    assert (store["kind"], store["l2_kind"], store["entries"]) == ("tiered", "sqlite", 5)
+    assert store["l1"]["entries"] == 0  # a new process's memory
+
+
+def test_stats_leaves_another_applications_file_alone(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE other (x)")
+    message = one_line_error(run("stats", f"sqlite:///{path}"))
+    assert "is not an asyncache SQLite store" in message
+    with sqlite3.connect(path) as raw:
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"other"}
 
 
 def test_stats_as_python_m(filled: str) -> None:
@@ -258,6 +280,7 @@ def test_warm_reports_failures(project: Path) -> None:
     [
         (("stats", "foo://nowhere"), "unknown store scheme"),
         (("stats", "sqlite:///missing.db"), "no such file"),
+        (("stats", "tiered+sqlite:///missing.db"), "no such file"),
         (("prune", "not-a-url"), "not a store URL"),
         (("stats", "redis://127.0.0.1:1?retries=0"), "ConnectionError"),
         (("stats", "--live", "http://127.0.0.1:1/stats"), "cannot reach"),

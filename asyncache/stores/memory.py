@@ -6,6 +6,7 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import ConfigurationError
 from .protocol import Entry
@@ -181,6 +182,46 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         await self.clear()
+
+    async def describe(self) -> dict[str, Any]:
+        """What this process's memory holds, for ``asyncache stats``.
+
+        Keys: ``kind`` (``"memory"``), ``entries`` (``live``, ``expired`` (not
+        yet dropped) and ``without_expiry`` among them), ``stored_bytes`` (the
+        values), ``resident_bytes`` (the estimate the bounds use),
+        ``next_expiry`` and ``last_expiry`` (Unix seconds of live entries, or
+        ``None``), ``evictions``, and the bounds ``max_entries``, ``max_bytes``
+        and ``max_entry_bytes``. O(entries).
+        """
+        now = time.time()
+        expired = forever = stored = 0
+        first: float | None = None
+        last: float | None = None
+        for entry in self._data.values():
+            stored += len(entry.value)
+            expires_at = entry.expires_at
+            if expires_at is None:
+                forever += 1
+            elif expires_at <= now:
+                expired += 1
+            else:
+                first = expires_at if first is None else min(first, expires_at)
+                last = expires_at if last is None else max(last, expires_at)
+        return {
+            "kind": "memory",
+            "entries": len(self._data),
+            "live": len(self._data) - expired,
+            "expired": expired,
+            "without_expiry": forever,
+            "stored_bytes": stored,
+            "resident_bytes": self._bytes,
+            "next_expiry": first,
+            "last_expiry": last,
+            "evictions": self.evictions,
+            "max_entries": self.max_entries,
+            "max_bytes": self.max_bytes,
+            "max_entry_bytes": self.max_entry_bytes,
+        }
 
     def _drop(self, key: bytes, entry: Entry) -> None:
         del self._data[key]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Self, cast
+from typing import Any, NamedTuple, Self, cast
 
 from .memory import MemoryStore
 from .protocol import DecisionStore, Entry
@@ -172,6 +172,28 @@ class TieredStore:
         """Close both tiers; safe to call twice."""
         await self.l1.aclose()
         await self.l2.aclose()
+
+    async def describe(self) -> dict[str, Any]:
+        """What the tiers hold, for ``asyncache stats``: L2's figures, with L1's beside them.
+
+        L2 holds every entry (L1 only copies of some), so the figures at the
+        top level are L2's (``entries``, ``stored_bytes``...; see its
+        ``describe``), with ``kind`` ``"tiered"`` and L2's own kind as
+        ``l2_kind``; ``l1`` is L1's description and ``l1_ttl`` the most
+        seconds a copy is kept. An L2 without ``describe`` gives ``entries`` only.
+        """
+        describe = getattr(self.l2, "describe", None)
+        if callable(describe):
+            shared: dict[str, Any] = dict(await describe())
+        else:
+            shared = {"kind": type(self.l2).__name__, "entries": await self.l2.count()}
+        return {
+            **shared,
+            "kind": "tiered",
+            "l2_kind": shared.get("kind"),
+            "l1_ttl": self.l1_ttl,
+            "l1": await self.l1.describe(),
+        }
 
     def stats(self) -> dict[str, int]:
         """Hits per tier and misses, plus L2's own counters when it has them."""

@@ -123,7 +123,7 @@ class TestFromUrl:
             assert kwargs["retry"].get_retries() == 4
             assert store.prefix == b"app:"
             # max_connections commands at once, plus the lease listener's connection.
-            assert store._gate.limit == 7
+            assert store.max_in_flight == 7
             assert pool_of(store).max_connections == 8
         finally:
             await store.aclose()
@@ -138,7 +138,7 @@ class TestFromUrl:
         try:
             assert store.prefix == b"kw:"
             assert pool_of(store).connection_kwargs["socket_timeout"] == 0.1
-            assert store._gate.timeout == 0.2
+            assert store.pool_timeout == 0.2
         finally:
             await store.aclose()
 
@@ -159,7 +159,7 @@ class TestFromUrl:
         own = RedisStore(client)
         try:
             assert pool_of(store).connection_kwargs["socket_timeout"] == 2.0
-            assert store._gate.timeout == 2.0
+            assert store.pool_timeout == 2.0
             # Socket, connect and pool timeouts with retries add up to more than a
             # cache should wait: the engine keeps timing every call itself.
             assert store.enforces_timeouts is False
@@ -223,7 +223,7 @@ class TestFromUrl:
                 (node.host, node.port) for node in store.client.nodes_manager.startup_nodes.values()
             }
             assert nodes == {("10.0.0.1", 7000), ("10.0.0.2", 7001), ("::1", 7002)}
-            assert store._gate.limit == 5
+            assert store.max_in_flight == 5
         finally:
             await store.aclose()
 
@@ -525,9 +525,9 @@ class TestConnections:
             await admin.aclose()
 
     async def test_a_cancelled_waiter_never_keeps_a_slot(self) -> None:
-        from asyncache.adapters.redis import _Gate
+        from asyncache.adapters.redis.gate import Gate
 
-        gate = _Gate(1, None)
+        gate = Gate(1, None)
         assert gate.enter_now()
         cancelled_while_waiting = asyncio.create_task(gate.wait())
         handed_then_cancelled = asyncio.create_task(gate.wait())
@@ -639,6 +639,61 @@ class TestCluster:
         await cluster_store.add(key(2), b"leased", None)
         await cluster_store.release_lease(key(2), b"t")
         assert await waiter == Entry(b"leased", None)
+
+
+# -- describe -----------------------------------------------------------------
+
+
+async def _fill(store: RedisStore, now: float) -> None:
+    """Three entries (one without expiry) and one lease."""
+    await store.add_many(
+        [
+            (key(1), b"x" * 100, now + HOUR),
+            (key(2), b"x" * 100, now + 2 * HOUR),
+            (key(3), b"x" * 10, None),
+        ]
+    )
+    assert await store.acquire_lease(key(9), b"token", 60)
+
+
+def _assert_filled(facts: dict[str, Any], now: float) -> None:
+    assert (facts["entries"], facts["live"], facts["expired"]) == (3, 3, 0)
+    assert facts["without_expiry"] == 1
+    assert facts["stored_bytes"] == 210 + 3 * HEADER.size  # the values and their headers
+    assert facts["leases"] == 1
+    assert now + HOUR - 1 < facts["next_expiry"] <= now + HOUR + 1
+    assert now + 2 * HOUR - 1 < facts["last_expiry"] <= now + 2 * HOUR + 1
+
+
+class TestDescribe:
+    async def test_describe_counts_only_its_prefix(
+        self, store: RedisStore, redis_url: str, redis_prefix: str
+    ) -> None:
+        now = time.time()
+        await _fill(store, now)
+        # A neighbour whose prefix does not start with ours (prefixes must not nest).
+        neighbour = RedisStore.from_url(redis_url, prefix=redis_prefix.rstrip(":") + "-n:")
+        try:
+            await neighbour.add(key(1), b"theirs", None)
+            facts = await store.describe()
+        finally:
+            await neighbour.clear()
+            await neighbour.aclose()
+        _assert_filled(facts, now)
+        assert (facts["kind"], facts["prefix"]) == ("redis", redis_prefix)
+        assert facts["max_in_flight"] == store.max_in_flight == 64
+
+    async def test_describe_an_empty_prefix(self, store: RedisStore) -> None:
+        facts = await store.describe()
+        assert (facts["entries"], facts["stored_bytes"], facts["leases"]) == (0, 0, 0)
+        assert facts["next_expiry"] is None and facts["last_expiry"] is None
+
+    async def test_describe_a_cluster(self, cluster_store: RedisStore) -> None:
+        now = time.time()
+        await _fill(cluster_store, now)
+        facts = await cluster_store.describe()
+        _assert_filled(facts, now)
+        assert facts["kind"] == "cluster"
 
 
 # -- leases -------------------------------------------------------------------

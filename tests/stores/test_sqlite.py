@@ -272,7 +272,7 @@ def test_bad_options(path: Path) -> None:
         SQLiteStore("")
 
 
-# -- batching --------------------------------------------------------------------------
+# -- gathering -------------------------------------------------------------------------
 
 
 async def test_concurrent_gets_are_batched(store: SQLiteStore) -> None:
@@ -416,12 +416,21 @@ async def test_expired_entries_are_pruned_in_the_background(path: Path) -> None:
         assert await opened.get(key(100)) == Entry(b"live", None)
 
 
+def _checkpoint(path: Path) -> None:
+    """Move the WAL into the file and empty it, from a connection of the test's own."""
+    db = sqlite3.connect(path)
+    try:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        db.close()
+
+
 async def test_clear_gives_space_back(path: Path, store: SQLiteStore) -> None:
     await store.add_many([(key(n), os.urandom(4096), None) for n in range(200)])
-    await store._execute("PRAGMA wal_checkpoint(TRUNCATE)", ())
+    await asyncio.to_thread(_checkpoint, path)
     full = _size(path)
     await store.clear()
-    await store._execute("PRAGMA wal_checkpoint(TRUNCATE)", ())
+    await asyncio.to_thread(_checkpoint, path)
     assert _size(path) < full / 10
 
 
@@ -529,6 +538,101 @@ async def test_cached_prediction_fails_open(path: Path, lock: LockFactory) -> No
     assert await _count_in(path) == 1
 
 
+# -- describe --------------------------------------------------------------------------
+
+
+async def _fill(store: SQLiteStore) -> float:
+    """Two live entries (one without expiry), one expired, one lease; returns now."""
+    now = time.time()
+    await store.add_many(
+        [
+            (key(1), b"x" * 100, now + HOUR),
+            (key(2), b"x" * 100, None),
+            (key(3), b"x" * 10, now - 60),
+        ]
+    )
+    assert await store.acquire_lease(key(9), b"token", 60)
+    return now
+
+
+def _assert_filled(facts: dict[str, object], now: float) -> None:
+    assert facts["schema_version"] == SCHEMA_VERSION
+    assert (facts["entries"], facts["live"], facts["expired"]) == (3, 2, 1)
+    assert facts["without_expiry"] == 1
+    assert facts["stored_bytes"] == 210
+    assert facts["leases"] == 1
+    next_expiry = facts["next_expiry"]
+    assert isinstance(next_expiry, float) and now < next_expiry <= now + HOUR + 1
+    assert facts["last_expiry"] == next_expiry
+
+
+async def test_describe_an_open_store(path: Path, store: SQLiteStore) -> None:
+    now = await _fill(store)
+    facts = await store.describe()
+    _assert_filled(facts, now)
+    assert (facts["kind"], facts["path"]) == ("sqlite", str(path))
+    assert isinstance(facts["file_bytes"], int) and facts["file_bytes"] > 0
+
+
+async def test_describe_reads_an_unopened_file_read_only(path: Path) -> None:
+    async with SQLiteStore(path) as writer:
+        now = await _fill(writer)
+    before = _snapshot(path)
+    reader = SQLiteStore(path, max_entries=10)
+    try:
+        facts = await reader.describe()
+        _assert_filled(facts, now)
+        assert facts["max_entries"] == 10
+        assert _snapshot(path) == before  # nothing written, nothing pruned
+    finally:
+        await reader.aclose()
+
+
+async def test_describe_an_empty_private_database() -> None:
+    async with SQLiteStore(":memory:") as opened:
+        await opened.add(key(1), b"v", None)
+        facts = await opened.describe()
+    assert (facts["entries"], facts["without_expiry"], facts["leases"]) == (1, 1, 0)
+    assert facts["next_expiry"] is None
+    assert "file_bytes" not in facts
+
+
+async def test_describe_refuses_a_file_of_another_application(path: Path) -> None:
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE other (x)")
+    reader = SQLiteStore(path)
+    try:
+        with pytest.raises(StoreError, match="not an asyncache SQLite store"):
+            await reader.describe()
+    finally:
+        await reader.aclose()
+    with sqlite3.connect(path) as raw:  # and it was left as it was
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"other"}
+
+
+async def test_describe_through_a_tier(path: Path) -> None:
+    from asyncache.stores import MemoryStore, TieredStore
+
+    shared = SQLiteStore(path)
+    async with TieredStore(MemoryStore(), shared) as tiered:
+        now = await _fill(shared)
+        await tiered.get(key(1))  # one copy in L1
+        facts = await tiered.describe()
+    _assert_filled(facts, now)
+    assert (facts["kind"], facts["l2_kind"], facts["l1_ttl"]) == ("tiered", "sqlite", 60.0)
+    l1 = facts["l1"]
+    assert isinstance(l1, dict)
+    assert (l1["kind"], l1["entries"], l1["stored_bytes"]) == ("memory", 1, 100)
+    assert l1["resident_bytes"] > 100
+
+
+async def test_describe_after_close_raises(store: SQLiteStore) -> None:
+    await store.aclose()
+    with pytest.raises(StoreError, match="closed"):
+        await store.describe()
+
+
 # -- helpers ---------------------------------------------------------------------------
 
 
@@ -539,6 +643,10 @@ async def _present(store: SQLiteStore, numbers: range) -> list[int]:
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _snapshot(path: Path) -> tuple[int, bytes]:
+    return _mode(path), path.read_bytes()
 
 
 def _size(path: Path) -> int:

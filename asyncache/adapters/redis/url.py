@@ -1,7 +1,4 @@
-"""Redis URLs and options for ``RedisStore.from_url``: parse, validate, build the client.
-
-Imported only by ``asyncache.adapters.redis``, after its guarded import of redis-py.
-"""
+"""Redis URLs and options for ``RedisStore.from_url``: parse, validate, build the client."""
 
 from __future__ import annotations
 
@@ -21,8 +18,26 @@ from redis.asyncio.connection import (
 from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
 
-from ..errors import ConfigurationError
+from ...errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_BACKOFF_BASE",
+    "DEFAULT_BACKOFF_CAP",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_PREFIX",
+    "DEFAULT_RETRIES",
+    "DEFAULT_SOCKET_TIMEOUT",
+    "OPTIONS",
+    "SCHEMES",
+    "Client",
+    "Connected",
+    "connect",
+    "parse_options",
+    "redact",
+]
 
 Client: TypeAlias = "Redis | RedisCluster"
 
@@ -156,12 +171,26 @@ def parse_options(url: str, query: str, overrides: Mapping[str, object]) -> dict
     return parsed
 
 
-def connect(url: str, overrides: Mapping[str, object]) -> Connected:
+def connect(url: str, overrides: Mapping[str, object | None]) -> Connected:
     """Build the client ``url`` names, with timeouts, a bounded pool and retries.
+
+    Args:
+        url: the Redis URL; its query holds options.
+        overrides: options that win over the URL's; ``None`` values are left out.
 
     Raises:
         ConfigurationError: the URL or an option is invalid.
     """
+    given = {name: value for name, value in overrides.items() if value is not None}
+    try:
+        return _build(url, given)
+    except ConfigurationError:
+        raise
+    except (RedisError, RedisClusterException, ValueError, TypeError) as exc:
+        raise ConfigurationError(f"cannot open {redact(url)!r}: {exc}") from exc
+
+
+def _build(url: str, overrides: Mapping[str, object]) -> Connected:
     scheme, sep, _ = url.partition("://")
     scheme = scheme.lower()
     if not sep or scheme not in SCHEMES:

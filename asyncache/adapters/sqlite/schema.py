@@ -1,22 +1,31 @@
-"""The SQLite store's file: its schema, its version and its pragmas.
+"""The SQLite store's file: its schema, its version, its pragmas, and opening it.
 
-Imported only by ``asyncache.adapters.sqlite``. ``prepare`` runs once per
-connection; it creates the schema in a ``BEGIN IMMEDIATE`` transaction, so
-that processes opening a new file at once create it once, and refuses a file
-written by a newer asyncache.
+``open_database`` creates the file (private to its owner) and connects;
+``prepare`` runs once per connection: it creates the schema in a
+``BEGIN IMMEDIATE`` transaction, so that processes opening a new file at once
+create it once, and refuses a file written by a newer asyncache.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
 
 import aiosqlite
 
-from ..errors import SchemaVersionError, StoreError
+from ...errors import SchemaVersionError, StoreError
 
-__all__ = ["MEMORY", "SCHEMA", "SCHEMA_VERSION", "create_private", "prepare", "user_version"]
+__all__ = [
+    "MEMORY",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "create_private",
+    "open_database",
+    "prepare",
+    "user_version",
+]
 
 MEMORY = ":memory:"
 """The path of a private, non-persistent database."""
@@ -52,6 +61,39 @@ def create_private(path: str) -> None:
     except FileExistsError:
         return
     os.close(fd)
+
+
+async def open_database(
+    path: str, *, busy_timeout: float, synchronous: str
+) -> aiosqlite.Connection:
+    """Create the file if it is absent, connect, and ``prepare`` the connection.
+
+    Every statement on the connection is its own transaction (autocommit).
+
+    Raises:
+        StoreError: the file cannot be created, opened or prepared.
+        SchemaVersionError: a newer asyncache wrote the file.
+    """
+    if path != MEMORY:
+        try:
+            await asyncio.to_thread(create_private, path)
+        except OSError as exc:
+            raise StoreError(f"cannot create SQLite store {path!r}: {exc}") from exc
+    try:
+        db = await aiosqlite.connect(
+            path, timeout=busy_timeout, isolation_level=None, cached_statements=256
+        )
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
+    try:
+        await prepare(db, path=path, synchronous=synchronous)
+    except sqlite3.Error as exc:
+        await db.close()
+        raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
+    except BaseException:
+        await db.close()
+        raise
+    return db
 
 
 async def prepare(db: aiosqlite.Connection, *, path: str, synchronous: str) -> None:

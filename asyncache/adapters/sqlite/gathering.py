@@ -2,8 +2,9 @@
 
 Every call to SQLite is a hop to the database thread and back. Gets made while
 a read is in flight, and adds, are gathered, all those of one loop iteration,
-into one ``Batch``; its leader runs them as one statement and hands each
-follower its result. Imported only by ``asyncache.adapters.sqlite``.
+into one ``Gathering``; its leader runs them as one statement and hands each
+follower its result. (Not micro-batching: that word belongs to
+``asyncache.microbatch``, which gathers model calls, not statements.)
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Batch", "Batcher", "next_iteration"]
+__all__ = ["Gatherer", "Gathering", "next_iteration"]
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 
 
-class Batch(Generic[ItemT, ResultT]):
+class Gathering(Generic[ItemT, ResultT]):
     """The calls gathered in one loop iteration: the leader's item, then followers'."""
 
     __slots__ = ("futures", "items")
@@ -29,11 +30,11 @@ class Batch(Generic[ItemT, ResultT]):
         self.futures: list[asyncio.Future[ResultT]] = []
 
 
-class Batcher(Generic[ItemT, ResultT]):
+class Gatherer(Generic[ItemT, ResultT]):
     """Gathers the calls made in one event-loop iteration into one call of ``run``.
 
-    The first caller leads: it opens a batch, yields once so that every task
-    already scheduled in this iteration can follow, closes the batch, runs it
+    The first caller leads: it opens a gathering, yields once so that every task
+    already scheduled in this iteration can follow, closes it, runs it
     and settles the followers. A leader that fails or is cancelled first hands
     the followers its error or, when cancelled, a task that runs their part
     again, so that a follower never hangs on a caller that went away.
@@ -51,35 +52,35 @@ class Batcher(Generic[ItemT, ResultT]):
     ) -> None:
         self._run = run
         self._spawn = spawn
-        self.open: Batch[ItemT, ResultT] | None = None
+        self.open: Gathering[ItemT, ResultT] | None = None
 
-    def follow(self, batch: Batch[ItemT, ResultT], item: ItemT) -> asyncio.Future[ResultT]:
-        """Add ``item`` to the open batch; the future gets its result."""
+    def follow(self, gathering: Gathering[ItemT, ResultT], item: ItemT) -> asyncio.Future[ResultT]:
+        """Add ``item`` to the open gathering; the future gets its result."""
         future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
-        batch.items.append(item)
-        batch.futures.append(future)
+        gathering.items.append(item)
+        gathering.futures.append(future)
         return future
 
-    def settle(self, batch: Batch[ItemT, ResultT], results: list[ResultT]) -> ResultT:
+    def settle(self, gathering: Gathering[ItemT, ResultT], results: list[ResultT]) -> ResultT:
         """Hand each follower its result; return the leader's."""
-        for future, result in zip(batch.futures, results[1:], strict=True):
+        for future, result in zip(gathering.futures, results[1:], strict=True):
             if not future.done():
                 future.set_result(result)
         return results[0]
 
-    def abandon(self, batch: Batch[ItemT, ResultT], exc: BaseException) -> None:
+    def abandon(self, gathering: Gathering[ItemT, ResultT], exc: BaseException) -> None:
         """The leader raised ``exc`` before settling: answer the followers anyway."""
-        if self.open is batch:
+        if self.open is gathering:
             self.open = None
-        waiting = [(i + 1, f) for i, f in enumerate(batch.futures) if not f.done()]
+        waiting = [(i + 1, f) for i, f in enumerate(gathering.futures) if not f.done()]
         if not waiting:
             return
         if isinstance(exc, Exception):
             for _, future in waiting:
                 future.set_exception(exc)
             return
-        # The leader was cancelled, not the work: run the batch again for the rest.
-        items = [batch.items[i] for i, _ in waiting]
+        # The leader was cancelled, not the work: run the rest again for the followers.
+        items = [gathering.items[i] for i, _ in waiting]
         self._spawn(self._finish(items, [f for _, f in waiting]))
 
     async def _finish(self, items: list[ItemT], futures: list[asyncio.Future[ResultT]]) -> None:

@@ -1,0 +1,79 @@
+"""How RedisStore lays out its keys and values.
+
+::
+
+    <prefix><key>           a decision: a 9-byte header, then the value
+    <prefix>lease:<key>     a lease token (``acquire_lease``)
+    <prefix>lease:released  the pub/sub channel a released lease is announced on
+
+The header is a tag byte and the expiry as a big-endian IEEE double (Unix
+seconds; the tag says whether there is one). A value that does not start with
+a header (written by something else) is handed to the engine whole, whose
+decoder rejects it: the entry is then counted as corrupt and deleted.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from ...stores.protocol import Entry
+
+__all__ = [
+    "EXPIRES",
+    "HEADER",
+    "HEADER_SIZE",
+    "LEASE",
+    "NO_EXPIRY",
+    "NO_EXPIRY_HEADER",
+    "RELEASED",
+    "glob_escape",
+    "pack",
+    "pxat",
+    "unpack",
+]
+
+HEADER = struct.Struct(">Bd")
+HEADER_SIZE = HEADER.size  # 9
+NO_EXPIRY = 0xA0
+"""The header's tag for an entry without expiry."""
+EXPIRES = 0xA1
+"""The header's tag for an entry whose expiry follows."""
+NO_EXPIRY_HEADER = HEADER.pack(NO_EXPIRY, 0.0)
+
+LEASE = b"lease:"
+"""After the prefix: the lease keys."""
+RELEASED = b"lease:released"
+"""After the prefix: the channel released leases are announced on."""
+
+
+def pack(value: bytes, expires_at: float | None) -> bytes:
+    """What is stored for ``value``: the header, then the value."""
+    if expires_at is None:
+        return NO_EXPIRY_HEADER + value
+    return HEADER.pack(EXPIRES, expires_at) + value
+
+
+def unpack(raw: bytes, now: float) -> Entry | None:
+    """The entry ``raw`` holds, ``None`` when it expired."""
+    if len(raw) >= HEADER_SIZE:
+        tag, expires_at = HEADER.unpack_from(raw)
+        if tag == EXPIRES:
+            return Entry(raw[HEADER_SIZE:], expires_at) if expires_at > now else None
+        if tag == NO_EXPIRY:
+            return Entry(raw[HEADER_SIZE:], None)
+    # Not written by a RedisStore: the engine's decoder rejects it, counts and deletes it.
+    return Entry(raw, None)
+
+
+def pxat(expires_at: float) -> int:
+    """Redis's expiry (``PXAT`` milliseconds) for ``expires_at``."""
+    # Rounded up, so Redis never drops a key before its header says it expired.
+    return math.ceil(expires_at * 1000)
+
+
+def glob_escape(prefix: bytes) -> bytes:
+    """``prefix`` with ``SCAN MATCH``'s special characters escaped."""
+    for special in (b"\\", b"*", b"?", b"[", b"]"):
+        prefix = prefix.replace(special, b"\\" + special)
+    return prefix

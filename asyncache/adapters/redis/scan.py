@@ -1,0 +1,109 @@
+"""RedisStore's whole-prefix operations: count, clear and describe, by ``SCAN``.
+
+Each is one ``SCAN MATCH <prefix>*`` (over every primary of a cluster), so
+O(keys in the database): for tools and operators, not for hot paths. Redis
+drops expired keys itself, so every key found is live. An entry whose own key
+starts with ``lease:`` is taken for a lease; a 16-byte key from ``make_key``
+does with probability 2**-48.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .layout import LEASE, glob_escape
+from .url import Client
+
+__all__ = ["count_entries", "describe_prefix", "unlink_all"]
+
+# Keys unlinked, or measured, per round trip.
+_CHUNK = 500
+
+
+def _match(prefix: bytes) -> bytes:
+    return glob_escape(prefix) + b"*"
+
+
+async def count_entries(client: Client, prefix: bytes) -> int:
+    """How many entries (not leases) are under ``prefix``."""
+    total = 0
+    lease_prefix = prefix + LEASE
+    async for name in client.scan_iter(match=_match(prefix), count=1000):
+        if not name.startswith(lease_prefix):
+            total += 1
+    return total
+
+
+async def unlink_all(client: Client, prefix: bytes) -> None:
+    """``UNLINK`` every key under ``prefix`` (entries and leases), and nothing else."""
+    chunk: list[bytes] = []
+    async for name in client.scan_iter(match=_match(prefix), count=1000):
+        chunk.append(name)
+        if len(chunk) >= _CHUNK:
+            await client.unlink(*chunk)
+            chunk = []
+    if chunk:
+        await client.unlink(*chunk)
+
+
+async def describe_prefix(
+    client: Client, prefix: bytes, pipeline: Callable[[], Any]
+) -> dict[str, Any]:
+    """Entries, bytes (values with their 9-byte header), expiries and leases under ``prefix``.
+
+    Args:
+        client: the store's client.
+        prefix: the store's prefix.
+        pipeline: makes a non-transactional pipeline on ``client``.
+
+    Raises:
+        redis.exceptions.RedisError: a command failed.
+    """
+    lease_prefix = prefix + LEASE
+    now = time.time()
+    entries = leases = forever = stored_bytes = 0
+    first: float | None = None
+    last: float | None = None
+    names: list[bytes] = []
+
+    async def measure() -> None:
+        nonlocal forever, stored_bytes, first, last
+        pipe = pipeline()
+        for name in names:
+            pipe.strlen(name)
+            pipe.pttl(name)
+        replies = await pipe.execute()
+        for length, ttl_ms in zip(replies[::2], replies[1::2], strict=True):
+            stored_bytes += length
+            if ttl_ms == -1:
+                forever += 1
+                continue
+            if ttl_ms < 0:
+                continue  # gone since the scan found it
+            expires = now + ttl_ms / 1000
+            first = expires if first is None else min(first, expires)
+            last = expires if last is None else max(last, expires)
+        names.clear()
+
+    async for name in client.scan_iter(match=_match(prefix), count=1000):
+        if name.startswith(lease_prefix):
+            leases += 1
+            continue
+        entries += 1
+        names.append(name)
+        if len(names) >= _CHUNK:
+            await measure()
+    if names:
+        await measure()
+    return {
+        "entries": entries,
+        "live": entries,
+        "expired": 0,
+        "without_expiry": forever,
+        "stored_bytes": stored_bytes,
+        "next_expiry": first,
+        "last_expiry": last,
+        "leases": leases,
+    }

@@ -1,0 +1,38 @@
+"""SQLiteStore: decisions in one SQLite file, shared safely by every process on a host.
+
+The file is in WAL mode, so readers never wait for writers. Every write is one
+autocommit statement, which takes the write lock when it starts, as
+``BEGIN IMMEDIATE`` would (schema creation, the one multi-statement
+transaction, uses ``BEGIN IMMEDIATE``); a write waits up to ``busy_timeout``
+for another process's.
+
+Gets are gathered: a get goes to the database thread at once when no read of
+this store is in flight, and the gets made while one is are gathered, all those
+of one event-loop iteration, into one ``WHERE key IN (...)`` query. A lone hit
+so costs one thread hop and 64 concurrent hits cost two, not 64. Adds made in
+one iteration go as one multi-row upsert.
+
+Layout (schema version 1, kept in ``PRAGMA user_version``; created and
+checked by ``asyncache.adapters.sqlite.schema``)::
+
+    asyncache_entries (key BLOB PRIMARY KEY, value BLOB, expires_at REAL NULL)
+    asyncache_leases  (key BLOB PRIMARY KEY, token BLOB, expires_at REAL)
+
+The package's modules: ``store`` (the store and its connection), ``gathering``
+(one iteration's gets or adds as one statement), ``sql`` (the statements),
+``schema`` (the file, its schema and pragmas), ``upkeep`` (pruning and the
+bounds), ``leases`` and ``describe`` (what a file holds), ``url``
+(``sqlite:///`` URLs).
+"""
+
+from __future__ import annotations
+
+try:
+    import aiosqlite  # noqa: F401 - the extra's driver, checked before anything needs it
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("SQLiteStore needs: pip install 'asyncache-ml[sqlite]'") from exc
+
+from .schema import SCHEMA_VERSION
+from .store import SQLiteStore
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]

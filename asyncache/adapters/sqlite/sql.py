@@ -1,0 +1,125 @@
+"""The statements SQLiteStore sends, on the layout ``schema`` creates.
+
+Parameters are numbered: ``?1`` is the current time wherever a statement needs
+it, so that one clock reading decides what is live.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "ACQUIRE",
+    "ADD_CHUNK",
+    "CLEAR_ENTRIES",
+    "CLEAR_LEASES",
+    "COUNT",
+    "DELETE",
+    "DELETE_CHUNK",
+    "EVICT_EXPIRING",
+    "EVICT_FOREVER",
+    "GET_CHUNK",
+    "GET_ONE",
+    "LIVE_LEASES",
+    "PAGES",
+    "POLL",
+    "PRUNE",
+    "PRUNE_LEASES",
+    "RELEASE",
+    "RENEW",
+    "SUMMARY",
+    "TABLES",
+    "USED_BYTES",
+    "Execute",
+    "insert_many",
+    "select_many",
+]
+
+Execute = Callable[[str, Sequence[object]], Awaitable[list[Any]]]
+"""Runs one statement on a store's connection; returns its rows (``StoreError`` on failure)."""
+
+# Keys bound per statement, far under SQLITE_MAX_VARIABLE_NUMBER (32766 since 3.32).
+GET_CHUNK = 4096
+ADD_CHUNK = 2048
+# Rows deleted per statement by prune and eviction, so that the write lock is
+# held for milliseconds and callers' statements interleave between chunks.
+DELETE_CHUNK = 512
+
+# CASE rather than "DO UPDATE ... WHERE expired": the upsert then touches the row
+# in every case, so RETURNING always yields the winner and one statement does it.
+# ?1 is now; "expires_at" alone is the stored row, "excluded" the candidate.
+_ADD_TAIL = """
+ON CONFLICT (key) DO UPDATE SET
+    value = CASE WHEN expires_at <= ?1 THEN excluded.value ELSE value END,
+    expires_at = CASE WHEN expires_at <= ?1 THEN excluded.expires_at ELSE expires_at END
+RETURNING key, value, expires_at"""
+_LIVE = "(expires_at IS NULL OR expires_at > ?1)"
+
+GET_ONE = (
+    "SELECT value, expires_at FROM asyncache_entries "
+    "WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)"
+)
+RENEW = f"UPDATE asyncache_entries SET expires_at = ?2 WHERE key = ?3 AND {_LIVE} RETURNING 1"
+DELETE = "DELETE FROM asyncache_entries WHERE key = ?1"
+COUNT = "SELECT count(*) FROM asyncache_entries"
+CLEAR_ENTRIES = "DELETE FROM asyncache_entries"
+CLEAR_LEASES = "DELETE FROM asyncache_leases"
+PRUNE = (
+    "DELETE FROM asyncache_entries WHERE rowid IN (SELECT rowid FROM asyncache_entries "
+    f"WHERE expires_at <= ?1 LIMIT {DELETE_CHUNK}) RETURNING 1"
+)
+PRUNE_LEASES = "DELETE FROM asyncache_leases WHERE expires_at <= ?1"
+# Eviction order: soonest-expiring first, then entries without expiry, oldest first.
+EVICT_EXPIRING = (
+    "DELETE FROM asyncache_entries WHERE rowid IN (SELECT rowid FROM asyncache_entries "
+    "WHERE expires_at IS NOT NULL ORDER BY expires_at LIMIT ?1) RETURNING 1"
+)
+EVICT_FOREVER = (
+    "DELETE FROM asyncache_entries WHERE rowid IN (SELECT rowid FROM asyncache_entries "
+    "WHERE expires_at IS NULL ORDER BY rowid LIMIT ?1) RETURNING 1"
+)
+USED_BYTES = (
+    "SELECT (page_count - freelist_count) * page_size "
+    "FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()"
+)
+PAGES = "SELECT * FROM pragma_page_count(), pragma_freelist_count()"
+
+ACQUIRE = """INSERT INTO asyncache_leases (key, token, expires_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at
+WHERE asyncache_leases.expires_at <= ?4 OR asyncache_leases.token = excluded.token
+RETURNING 1"""
+RELEASE = "DELETE FROM asyncache_leases WHERE key = ?1 AND token = ?2"
+POLL = """SELECT e.value, e.expires_at,
+    EXISTS (SELECT 1 FROM asyncache_leases WHERE key = ?2 AND expires_at > ?1)
+FROM (SELECT 1) LEFT JOIN asyncache_entries AS e
+    ON e.key = ?2 AND (e.expires_at IS NULL OR e.expires_at > ?1)"""
+
+# What describe() reports, in one pass over the entries.
+TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+SUMMARY = (
+    "SELECT count(*), coalesce(sum(length(value)), 0),"
+    " count(*) FILTER (WHERE expires_at <= ?1),"
+    " count(*) FILTER (WHERE expires_at IS NULL),"
+    " min(expires_at) FILTER (WHERE expires_at > ?1),"
+    " max(expires_at) FILTER (WHERE expires_at > ?1)"
+    " FROM asyncache_entries"
+)
+LIVE_LEASES = "SELECT count(*) FROM asyncache_leases WHERE expires_at > ?1"
+
+
+@functools.lru_cache(maxsize=256)
+def select_many(n: int) -> str:
+    """The live entries among ``n`` keys (``?2`` to ``?n+1``), as ``key, value, expires_at``."""
+    marks = ", ".join(f"?{i}" for i in range(2, n + 2))
+    return (
+        f"SELECT key, value, expires_at FROM asyncache_entries WHERE key IN ({marks}) AND {_LIVE}"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def insert_many(n: int) -> str:
+    """Add ``n`` rows (``key, value, expires_at`` from ``?2`` on) unless live; the winners."""
+    rows = ", ".join(f"(?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(n))
+    return f"INSERT INTO asyncache_entries (key, value, expires_at) VALUES {rows}{_ADD_TAIL}"

@@ -1,0 +1,371 @@
+"""SQLiteStore: the DecisionStore protocol on one file, gets and adds gathered per iteration.
+
+The connection is in ``connection``, the file's layout in ``schema``, the
+statements in ``sql``, pruning and the bounds in ``upkeep``, leases in
+``leases``, and what the file holds (for ``asyncache stats``) in ``describe``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any, Self
+
+from ...errors import ConfigurationError
+from ...stores.protocol import Entry
+from .connection import Database
+from .describe import describe_database, describe_file
+from .gathering import Gatherer, Gathering, next_iteration
+from .leases import LeaseTable
+from .schema import MEMORY
+from .sql import (
+    ADD_CHUNK,
+    CLEAR_ENTRIES,
+    CLEAR_LEASES,
+    DELETE,
+    GET_CHUNK,
+    GET_ONE,
+    RENEW,
+    insert_many,
+    select_many,
+)
+from .upkeep import Upkeep
+from .url import parse_url
+
+__all__ = ["SQLiteStore"]
+
+_SYNCHRONOUS = ("NORMAL", "FULL")
+
+
+class SQLiteStore:
+    """Decisions in a SQLite file, shared by every process and task on one host.
+
+    The store opens its file on first use (constructing it outside an event
+    loop is fine) and is then bound to that loop. ``async with`` opens it at
+    once and closes it on exit.
+
+    Expired entries are never returned; a background task deletes them every
+    ``prune_interval`` seconds and keeps the bounds. When a bound is exceeded,
+    entries are evicted soonest-expiring first, then entries without expiry
+    oldest-inserted first. Bounds are enforced shortly after inserts, not
+    inside them, so the file may briefly hold a little more than the bound.
+
+    Args:
+        path: the database file; created with mode 0600 when absent.
+            ``":memory:"`` gives a private, non-persistent database.
+        synchronous: ``"NORMAL"`` (default: a power loss may lose the last
+            writes, never corrupts) or ``"FULL"`` (every add is durable).
+        busy_timeout: seconds a statement waits for another process's lock
+            before failing with ``StoreError``. Keep it near the engine's
+            ``store_timeout``: waiting longer only holds up the database thread.
+        max_entries: most entries kept; ``None`` for no bound.
+        max_bytes: most bytes of database pages in use (the file minus its
+            free pages; the WAL is not counted); ``None`` for no bound.
+        prune_interval: seconds between background prunes; ``None`` for no
+            background task (then ``prune()`` prunes and keeps the bounds).
+
+    Raises:
+        ConfigurationError: an option is out of range.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 1.0,
+        max_entries: int | None = None,
+        max_bytes: int | None = None,
+        prune_interval: float | None = 60.0,
+    ) -> None:
+        self.path = os.fspath(path)
+        if not self.path:
+            raise ConfigurationError("SQLiteStore needs a path (or ':memory:')")
+        self.synchronous = synchronous.upper()
+        if self.synchronous not in _SYNCHRONOUS:
+            raise ConfigurationError(f"synchronous must be NORMAL or FULL, got {synchronous!r}")
+        if not (math.isfinite(busy_timeout) and busy_timeout >= 0):
+            raise ConfigurationError(f"busy_timeout must be >= 0 seconds, got {busy_timeout!r}")
+        for name, bound in (("max_entries", max_entries), ("max_bytes", max_bytes)):
+            if bound is not None and (isinstance(bound, bool) or bound <= 0):
+                raise ConfigurationError(
+                    f"{name} must be a positive integer or None, got {bound!r}"
+                )
+        if prune_interval is not None and not (
+            math.isfinite(prune_interval) and prune_interval > 0
+        ):
+            raise ConfigurationError(
+                f"prune_interval must be > 0 seconds or None, got {prune_interval!r}"
+            )
+        self.busy_timeout = busy_timeout
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.prune_interval = prune_interval
+
+        self._database = database = Database(
+            self.path,
+            busy_timeout=busy_timeout,
+            synchronous=self.synchronous,
+            opened=self._opened,
+        )
+        self._upkeep = Upkeep(
+            database.execute,
+            database.vacuum,
+            path=self.path,
+            max_entries=max_entries,
+            max_bytes=max_bytes,
+        )
+        self._leases = LeaseTable(database.execute)
+        self._reading = 0  # reads of ours in flight; while any is, gets are gathered
+        self._gets: Gatherer[bytes, Entry | None] = Gatherer(self._run_get, database.spawn)
+        self._adds: Gatherer[tuple[bytes, bytes, float | None], Entry] = Gatherer(
+            self._run_add, database.spawn
+        )
+
+        self.read_queries = 0
+        """SELECT statements sent to the database (a gathering of gets is one)."""
+        self.write_queries = 0
+        """Upserts sent to the database (a gathering of adds is one)."""
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteStore:
+        """Build a store from ``sqlite:///relative/path`` or ``sqlite:////absolute/path``.
+
+        Query options are the constructor's: ``synchronous``, ``busy_timeout``,
+        ``max_entries``, ``max_bytes`` and ``prune_interval`` (``none`` turns
+        the background prune off), e.g. ``sqlite:///cache.db?max_entries=100000``.
+
+        Raises:
+            ConfigurationError: the URL is not a sqlite URL or an option is invalid.
+        """
+        path, options = parse_url(url)
+        return cls(path, **options)
+
+    @property
+    def pruned(self) -> int:
+        """Expired entries deleted by this store so far."""
+        return self._upkeep.pruned
+
+    @property
+    def evicted(self) -> int:
+        """Entries deleted to keep the bounds so far."""
+        return self._upkeep.evicted
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    async def __aenter__(self) -> Self:
+        await self._database.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- the DecisionStore protocol ------------------------------------------------
+
+    async def get(self, key: bytes) -> Entry | None:
+        """Return the live entry under ``key``, or ``None``; concurrent gets share a query."""
+        gets = self._gets
+        gathering = gets.open
+        if gathering is not None:
+            return await gets.follow(gathering, key)
+        if not self._reading:
+            # Nothing of ours in flight: go at once, so a lone get pays no gathering.
+            self._reading += 1
+            try:
+                database = self._database
+                db = database.connection or await database.connect()
+                self.read_queries += 1
+                rows: Any = await db.execute_fetchall(GET_ONE, (key, time.time()))
+            except (sqlite3.Error, ValueError) as exc:
+                raise self._database.error(exc) from exc
+            finally:
+                self._reading -= 1
+            for value, expires_at in rows:
+                return Entry(value, expires_at)
+            return None
+        # A read is in flight: lead a gathering of every get made in this iteration.
+        gathering = gets.open = Gathering(key)
+        try:
+            await next_iteration()
+            gets.open = None
+            results = await self._run_get(gathering.items)
+        except BaseException as exc:
+            gets.abandon(gathering, exc)
+            raise
+        return gets.settle(gathering, results)
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[Entry | None]:
+        """Return the live entry (or ``None``) for each key, in order; one query."""
+        if not keys:
+            return []
+        return await self._run_get(list(keys))
+
+    async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
+        """Store ``value`` unless a live entry exists; return the winner. One statement."""
+        adds = self._adds
+        item = (key, value, expires_at)
+        gathering = adds.open
+        if gathering is not None:
+            return await adds.follow(gathering, item)
+        gathering = adds.open = Gathering(item)
+        try:
+            await next_iteration()
+            adds.open = None
+            return adds.settle(gathering, await self._run_add(gathering.items))
+        except BaseException as exc:
+            adds.abandon(gathering, exc)
+            raise
+
+    async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
+        """``add`` for each item, in order, in one statement; return the winners."""
+        if not items:
+            return []
+        return await self._run_add(list(items))
+
+    async def renew(self, key: bytes, expires_at: float | None) -> bool:
+        """Move a live entry's expiry; ``False`` when there is none."""
+        rows = await self._database.execute(RENEW, (time.time(), expires_at, key))
+        return bool(rows)
+
+    async def delete(self, key: bytes) -> None:
+        """Drop ``key`` if present."""
+        await self._database.execute(DELETE, (key,))
+
+    async def prune(self) -> int:
+        """Delete expired entries and leases, then enforce the bounds.
+
+        Returns:
+            How many expired entries were deleted (evictions are in ``stats()``).
+        """
+        return await self._upkeep.prune()
+
+    async def count(self) -> int:
+        """How many entries the file holds (expired ones not yet pruned included)."""
+        return await self._upkeep.count()
+
+    async def clear(self) -> None:
+        """Drop every entry and lease, and give the space back to the file system."""
+        await self._database.execute(CLEAR_ENTRIES, ())
+        await self._database.execute(CLEAR_LEASES, ())
+        await self._database.vacuum()
+
+    async def aclose(self) -> None:
+        """Stop the background task and close the connection; safe to call twice."""
+        await self._database.aclose()
+
+    def stats(self) -> dict[str, int]:
+        """Counters: queries sent, entries pruned and evicted."""
+        return {
+            "read_queries": self.read_queries,
+            "write_queries": self.write_queries,
+            "pruned": self.pruned,
+            "evicted": self.evicted,
+        }
+
+    async def describe(self) -> dict[str, Any]:
+        """What the file holds, for ``asyncache stats``: entries, bytes, expiries, leases.
+
+        Keys: ``kind``, ``path``, ``schema_version``, ``entries`` (``live``,
+        ``expired`` and ``without_expiry`` among them), ``stored_bytes`` (the
+        values), ``file_bytes`` (file and WAL; not for ``":memory:"``),
+        ``next_expiry`` and ``last_expiry`` (Unix seconds of live entries, or
+        ``None``), ``leases`` (live ones), ``max_entries`` and ``max_bytes``.
+        A store that has not opened its file reads it through a read-only
+        connection of its own, so describing never creates, migrates or
+        writes a file.
+
+        Raises:
+            StoreError: the file cannot be read or holds no asyncache store.
+            SchemaVersionError: a newer asyncache wrote the file.
+        """
+        database = self._database
+        if database.closed:
+            raise database.closed_error()
+        try:
+            if database.connection is None and self.path != MEMORY:
+                facts = await describe_file(self.path, busy_timeout=self.busy_timeout)
+            else:
+                db = database.connection or await database.connect()
+                facts = await describe_database(db, self.path)
+        except (sqlite3.Error, ValueError) as exc:
+            raise database.error(exc) from exc
+        return {
+            "kind": "sqlite",
+            "path": self.path,
+            **facts,
+            "max_entries": self.max_entries,
+            "max_bytes": self.max_bytes,
+        }
+
+    # -- the LeaseStore capability -------------------------------------------------
+
+    async def acquire_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
+        """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it.
+
+        The holder of ``token`` may take it again to extend it.
+        """
+        return await self._leases.acquire(key, token, ttl)
+
+    async def release_lease(self, key: bytes, token: bytes) -> None:
+        """Drop the lease on ``key`` if ``token`` still holds it."""
+        await self._leases.release(key, token)
+
+    async def wait_for_entry(
+        self,
+        key: bytes,
+        timeout: float,  # noqa: ASYNC109 - LeaseStore's signature
+    ) -> Entry | None:
+        """Poll for an entry under ``key`` for up to ``timeout`` seconds.
+
+        Returns ``None`` at the timeout, and also as soon as neither an entry
+        nor a live lease exists: the holder gave up, so waiting longer is futile.
+        """
+        return await self._leases.wait_for_entry(key, timeout)
+
+    # -- gathered statements ---------------------------------------------------------
+
+    async def _run_get(self, keys: list[bytes]) -> list[Entry | None]:
+        found: dict[bytes, Entry] = {}
+        unique = list(dict.fromkeys(keys)) if len(keys) > 1 else keys
+        self._reading += 1
+        try:
+            for start in range(0, len(unique), GET_CHUNK):
+                chunk = unique[start : start + GET_CHUNK]
+                self.read_queries += 1
+                rows = await self._database.execute(select_many(len(chunk)), (time.time(), *chunk))
+                for key, value, expires_at in rows:
+                    found[key] = Entry(value, expires_at)
+        finally:
+            self._reading -= 1
+        return [found.get(key) for key in keys]
+
+    async def _run_add(self, items: list[tuple[bytes, bytes, float | None]]) -> list[Entry]:
+        winners: dict[bytes, Entry] = {}
+        for start in range(0, len(items), ADD_CHUNK):
+            chunk = items[start : start + ADD_CHUNK]
+            params: list[object] = [time.time()]
+            for item in chunk:
+                params.extend(item)
+            self.write_queries += 1
+            for key, value, expires_at in await self._database.execute(
+                insert_many(len(chunk)), params
+            ):
+                # RETURNING reports an integral REAL as an int; Entry says float.
+                winners[key] = Entry(value, None if expires_at is None else float(expires_at))
+        results = [winners[key] for key, _, _ in items]
+        if self._upkeep.bounded:
+            self._upkeep.inserted(
+                sum(
+                    winner.value == value and winner.expires_at == expires_at
+                    for (_, value, expires_at), winner in zip(items, results, strict=True)
+                )
+            )
+        return results
+
+    def _opened(self) -> None:
+        if self.prune_interval is not None:
+            self._database.spawn(self._upkeep.run(self.prune_interval), daemon=True)

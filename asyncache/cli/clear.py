@@ -1,0 +1,27 @@
+"""``asyncache clear``: drop every entry of a store, after asking."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from .common import FAILED, with_store
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``asyncache clear``; returns the exit status."""
+    entries = int(asyncio.run(with_store(args.url, lambda store: store.count())))
+    if not args.yes:
+        try:
+            answer = input(f"delete all {entries:,} entries in {args.url}? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("aborted; nothing was deleted", file=sys.stderr)
+            return FAILED
+    asyncio.run(with_store(args.url, lambda store: store.clear()))
+    print(f"cleared {args.url} ({entries:,} entries)")
+    return 0

@@ -1,0 +1,147 @@
+"""``asyncache stats``: what a store says it holds, and the counters a live process serves.
+
+The store answers for itself (its ``describe()``); this command fetches and
+formats. A store without ``describe`` is shown by its ``count()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..stores.protocol import DecisionStore
+from .common import USAGE, CliError, load_rich, with_store
+
+__all__ = ["describe", "fetch_live", "flatten", "run", "show_size", "show_time"]
+
+# The store's figures shown in the table, in order: (key, how to show it, title).
+_ROWS: list[tuple[str, str, str]] = [
+    ("entries", "count", "entries"),
+    ("live", "count", "  live"),
+    ("expired", "count", "  expired (prune drops them)"),
+    ("without_expiry", "count", "  without expiry"),
+    ("stored_bytes", "size", "bytes stored"),
+    ("file_bytes", "size", "bytes (file + WAL)"),
+    ("resident_bytes", "size", "bytes in memory (estimated)"),
+    ("next_expiry", "time", "next expiry"),
+    ("last_expiry", "time", "last expiry"),
+    ("leases", "count", "leases held"),
+    ("schema_version", "text", "schema version"),
+]
+
+
+def show_size(count: float) -> str:
+    """Bytes in B, KiB, MiB or GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def show_time(timestamp: float, now: float) -> str:
+    """A Unix time relative to ``now``: ``in 4.2m``, ``3.0h ago``."""
+    delta = timestamp - now
+    seconds = abs(delta)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            text = f"{seconds / size:.1f}{unit}"
+            break
+    else:
+        text = f"{seconds:.0f}s"
+    return f"{text} ago" if delta < 0 else f"in {text}"
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested objects as one level of dotted names (``middleware.hit``)."""
+    if not isinstance(data, dict):
+        return {prefix or "value": data}
+    flat: dict[str, Any] = {}
+    for name, value in data.items():
+        path = f"{prefix}.{name}" if prefix else str(name)
+        if isinstance(value, dict):
+            flat.update(flatten(value, path))
+        else:
+            flat[path] = value
+    return flat
+
+
+async def describe(store: DecisionStore) -> dict[str, Any]:
+    """The store's ``describe()``, or its kind and ``count()`` when it has none."""
+    own = getattr(store, "describe", None)
+    if callable(own):
+        return dict(await own())
+    return {"kind": type(store).__name__, "entries": await store.count()}
+
+
+def fetch_live(url: str) -> dict[str, Any]:
+    """The counters a live process serves as JSON (the middleware's stats endpoint)."""
+    import urllib.error  # here: only --live needs them
+    import urllib.request
+
+    if not url.startswith(("http://", "https://")):
+        raise CliError(f"--live needs an http:// or https:// URL, not {url!r}", USAGE)
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        raise CliError(f"{url} answered {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CliError(f"cannot reach {url}: {reason}") from None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise CliError(f"{url} did not answer JSON") from None
+    if not isinstance(data, dict):
+        raise CliError(f"{url} did not answer a JSON object")
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``asyncache stats``; returns the exit status."""
+    if args.url is None and args.live is None:
+        raise CliError("stats needs a store URL, --live HTTP_URL, or both", USAGE)
+    report: dict[str, Any] = {}
+    if args.url is not None:
+        report["store"] = asyncio.run(with_store(args.url, describe))
+    if args.live is not None:
+        report["live"] = flatten(fetch_live(args.live))
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return 0
+    rich = load_rich()
+    console = rich.console.Console()
+    if "store" in report:
+        console.print(_store_table(rich, args.url, report["store"]))
+    if "live" in report:
+        table = rich.table.Table(title=args.live, title_justify="left")
+        table.add_column("counter", style="bold")
+        table.add_column("value", justify="right")
+        for name, value in sorted(report["live"].items()):
+            shown = f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
+            table.add_row(name, shown if isinstance(value, int | float) else str(value))
+        console.print(table)
+    return 0
+
+
+def _store_table(rich: Any, title: str, info: dict[str, Any]) -> Any:
+    now = time.time()
+    shows: dict[str, Callable[[Any], str]] = {
+        "count": "{:,}".format,
+        "size": show_size,
+        "time": lambda t: show_time(t, now),
+        "text": str,
+    }
+    table = rich.table.Table(title=title, show_header=False, title_justify="left")
+    table.add_column("", style="bold")
+    table.add_column("", justify="right")
+    for field, how, name in _ROWS:
+        if field in info:
+            value = info[field]
+            table.add_row(name, "n/a" if value is None else shows[how](value))
+    return table
