@@ -15,7 +15,6 @@ import asyncio
 import inspect
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -119,11 +118,7 @@ class Auditor:
         fill the store when it held nothing. Nothing from the store reaches the caller."""
         engine = self._engine
         entry = await engine.store_get(key)
-        started = time.perf_counter()
-        fresh = await compute()
-        seconds = time.perf_counter() - started
-        if engine.on_compute is not None:
-            engine.on_compute(seconds)
+        fresh, seconds = await engine.timed(compute)
         if isinstance(fresh, Unshared):
             engine.stats.not_admitted += 1
             return fresh.value

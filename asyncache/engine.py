@@ -26,7 +26,6 @@ audits, many keys, warming) receive this object and use its public members.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -84,12 +83,7 @@ class Engine(StoreSide):
     attribute without an underscore may be read by the parts of the path
     (leases, audits, many keys, warming, the middleware).
 
-    Args:
-        store: where decisions live.
-        guard: runs every store call (timeouts, failure counting, cool-down).
-        stats: the counters.
-        log: a warning log bounded in rate.
-        secret: the HMAC key, normalized, or ``None``.
+    Its arguments are ``StoreSide``'s.
     """
 
     def __init__(
@@ -108,9 +102,6 @@ class Engine(StoreSide):
         self.coalesce = True
         self.coalesce_timeout: float | None = 300.0
         self.shadow = False
-        # Called with the seconds of each model call (one per batch); the Prometheus adapter
-        # sets it. Kept to one attribute test so that no-one pays for it when unset.
-        self.on_compute: Callable[[float], None] | None = None
         self.auditor: Sampler | None = None
         # The hit path tests this one attribute: None unless audits are sampled.
         self.sampler: Sampler | None = None
@@ -355,11 +346,7 @@ class Engine(StoreSide):
     async def _compute_alone(
         self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
     ) -> tuple[Any, bool]:
-        started = time.perf_counter()
-        result = await compute()
-        seconds = time.perf_counter() - started
-        if self.on_compute is not None:
-            self.on_compute(seconds)
+        result, seconds = await self.timed(compute)
         if isinstance(result, Unshared):
             self.stats.not_admitted += 1
             return result.value, False

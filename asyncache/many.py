@@ -17,7 +17,6 @@ then waits for (or takes over) the keys other processes compute.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -174,9 +173,7 @@ async def _wait_held(
     single = _single(compute, index)
 
     async def work() -> Any:
-        started = time.perf_counter()
-        result = await single()
-        seconds = time.perf_counter() - started
+        result, seconds = await engine.timed(single)
         return await engine.store_result(key, result, inputs=inputs[index], compute_seconds=seconds)
 
     try:
@@ -202,11 +199,8 @@ async def _compute(
     """Compute the items at ``indices`` in one call, store them in one ``add_many``
     and finish each item's flight with the decision that won."""
     table = engine.flights
-    started = time.perf_counter()
     try:
-        results = list(await compute(indices))
-        if len(results) != len(indices):
-            raise ValueError(f"the model returned {len(results)} results for {len(indices)} items")
+        results, share = await _run(engine, compute, indices)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
@@ -214,10 +208,6 @@ async def _compute(
             table.release(key, flight)
             flight.set_error(exc)
         return
-    seconds = time.perf_counter() - started
-    if engine.on_compute is not None:
-        engine.on_compute(seconds)
-    share = seconds / max(len(indices), 1)
     pending: list[tuple[bytes, bytes, float | None]] = []
     waiting: list[tuple[Flight[Any], Any]] = []
     for key, flight, index, result in zip(keys, flights, indices, results, strict=True):
@@ -252,14 +242,7 @@ async def _shadow(
     auditor = engine.auditor
     assert auditor is not None  # made with mode="shadow"
     indices = [first[key] for key in unique]
-    started = time.perf_counter()
-    results = list(await compute(indices))
-    if len(results) != len(indices):
-        raise ValueError(f"the model returned {len(results)} results for {len(indices)} items")
-    seconds = time.perf_counter() - started
-    if engine.on_compute is not None:
-        engine.on_compute(seconds)
-    share = seconds / max(len(indices), 1)
+    results, share = await _run(engine, compute, indices)
     fresh: dict[bytes, Any] = dict(zip(unique, results, strict=True))
     pending: list[tuple[bytes, bytes, float | None]] = []
     for key, index in zip(unique, indices, strict=True):
@@ -286,6 +269,22 @@ async def _decoded(engine: Engine, key: bytes, entry: Entry | None) -> Decoded |
     except DecodeError as exc:
         await engine.discard_corrupt(key, exc)
         return None
+
+
+async def _run(
+    engine: Engine, compute: BatchCompute, indices: list[int]
+) -> tuple[list[Any], float]:
+    """One model call on the items at ``indices``: their results, and each one's share of
+    the seconds it took.
+
+    Raises:
+        ValueError: the model returned another number of results.
+    """
+    results, seconds = await engine.timed(lambda: compute(indices))
+    listed = list(results)
+    if len(listed) != len(indices):
+        raise ValueError(f"the model returned {len(listed)} results for {len(indices)} items")
+    return listed, seconds / max(len(indices), 1)
 
 
 def _single(compute: BatchCompute, index: int) -> Callable[[], Awaitable[Any]]:

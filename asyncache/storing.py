@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from .codec import decode, encode
@@ -63,8 +63,20 @@ class StoreSide:
         self.admit: AdmitHook | None = None
         self.renew_on_hit = False
         self.max_entry_bytes = 1024 * 1024
+        # Called with the seconds of each model call (one per batch); the Prometheus adapter
+        # sets it. Kept to one attribute test so that no-one pays for it when unset.
+        self.on_compute: Callable[[float], None] | None = None
         self._renewing: set[bytes] = set()
         self._unencodable_warned: set[str] = set()
+
+    async def timed(self, compute: Callable[[], Awaitable[T]]) -> tuple[T, float]:
+        """Run one model call; return its result and its seconds (reported to ``on_compute``)."""
+        started = time.perf_counter()
+        result = await compute()
+        seconds = time.perf_counter() - started
+        if self.on_compute is not None:
+            self.on_compute(seconds)
+        return result, seconds
 
     async def store_result(
         self, key: bytes, result: T, *, inputs: Any = None, compute_seconds: float = 0.0
