@@ -102,7 +102,9 @@ class Auditor:
         engine = self._engine
         try:
             # Decoded again here: the caller owns (and may mutate) the copy it was given.
-            stored = decode(value, key=key, secret=engine.secret).value
+            stored = decode(
+                value, key=key, secret=engine.secret, max_size=engine.max_decoded_bytes
+            ).value
             fresh = await compute()
             self.judge(key, inputs, stored, fresh, shadow=False)
         except asyncio.CancelledError:
@@ -125,7 +127,9 @@ class Auditor:
         stored: Decoded | None = None
         if entry is not None:
             try:
-                stored = decode(entry.value, key=key, secret=engine.secret)
+                stored = decode(
+                    entry.value, key=key, secret=engine.secret, max_size=engine.max_decoded_bytes
+                )
             except DecodeError as exc:
                 await engine.discard_corrupt(key, exc)
         self.judge_shadow(key, inputs, stored, fresh)

@@ -75,6 +75,10 @@ class DecisionCache:
         admit: ``admit(inputs, result) is False`` stores nothing (a degraded
             or fallback answer).
         max_entry_bytes: encoded decisions larger than this are not stored.
+        max_decoded_bytes: the most bytes a stored entry may inflate to; more
+            is a corrupt entry (a decompression bomb planted in a shared
+            store): a miss, deleted and counted. ``None``: 64 times
+            ``max_entry_bytes``.
         store_timeout: seconds a store call may take before it is a miss; a
             store with ``enforces_timeouts`` (see ``DecisionStore``) is
             bounded by its own timeouts instead.
@@ -130,6 +134,7 @@ class DecisionCache:
         coalesce_timeout: float | None = 300.0,
         admit: AdmitHook | None = None,
         max_entry_bytes: int = 1024 * 1024,
+        max_decoded_bytes: int | None = None,
         store_timeout: float | None = 1.0,
         secret: bytes | str | None = None,
         enabled: bool = True,
@@ -150,6 +155,8 @@ class DecisionCache:
             raise TypeError(f"ttl must be seconds, None or a function, not {type(ttl).__name__}")
         if max_entry_bytes <= 0:
             raise ValueError("max_entry_bytes must be positive")
+        if max_decoded_bytes is not None and max_decoded_bytes <= 0:
+            raise ValueError("max_decoded_bytes must be positive or None")
         if mode not in ("live", "shadow"):
             raise ValueError(f"mode must be 'live' or 'shadow', not {mode!r}")
         if not 0.0 <= audit_rate <= 1.0:
@@ -176,6 +183,7 @@ class DecisionCache:
         self.coalesce_timeout = coalesce_timeout
         self.admit = admit
         self.max_entry_bytes = max_entry_bytes
+        self.engine.decode_cap = max_decoded_bytes
         self.enabled = enabled
         self.max_background = max_background
         self.mode = mode

@@ -10,6 +10,11 @@ tag follows; bit 2 says the result holds tagged values (NumPy arrays, bytes,
 non-finite floats, integers beyond 64 bits) that decoding must revive. Plain
 results skip that walk, so a hit costs one ``orjson.loads``.
 
+Inflating is bounded: a zlib body that would inflate past ``max_size`` bytes
+(``MAX_DECODED_BYTES`` by default) is a ``DecodeError``, found without inflating
+more than ``max_size + 1`` bytes, so a small planted value cannot make every
+reader allocate and parse hundreds of megabytes.
+
 Nothing is ever unpickled: a shared store must not be able to run code in its readers.
 """
 
@@ -26,7 +31,15 @@ import orjson
 
 from .errors import DecodeError
 
-__all__ = ["PLAIN_HEADER", "Decoded", "decode", "decode_envelope", "encode", "normalize_secret"]
+__all__ = [
+    "MAX_DECODED_BYTES",
+    "PLAIN_HEADER",
+    "Decoded",
+    "decode",
+    "decode_envelope",
+    "encode",
+    "normalize_secret",
+]
 
 _FORMAT = 0x10
 # The header of a plain envelope (unsigned, uncompressed, untagged): the rest is orjson.
@@ -38,6 +51,9 @@ _TAG_BYTES = 16
 _COMPRESS_FROM = 192  # bodies shorter than this never shrink under zlib's framing
 _COPY_UP_TO = 2048
 _TAG_KEY = "\x00t"  # a one-key dict {"\x00t": [kind, ...]} marks a tagged value
+# The largest inflated body ``decode`` accepts unless told otherwise: far above any
+# entry the engine stores by default (1 MiB), far below a decompression bomb.
+MAX_DECODED_BYTES = 64 * 1024 * 1024
 
 
 class Decoded(NamedTuple):
@@ -185,7 +201,35 @@ def encode(
     return bytes((header,)) + body
 
 
-def decode_envelope(value: bytes, *, key: bytes, secret: bytes | None = None) -> dict[str, Any]:
+def _inflate(body: bytes, max_size: int | None) -> bytes:
+    """Inflate a zlib body, refusing to produce more than ``max_size`` bytes."""
+    if max_size is None:
+        try:
+            return zlib.decompress(body)
+        except zlib.error as exc:
+            raise DecodeError(f"corrupt value: {exc}") from None
+    if max_size < 0:
+        raise ValueError(f"max_size must be >= 0 or None, not {max_size}")
+    inflater = zlib.decompressobj()
+    try:
+        # One byte over the cap tells "too big" from "exactly the cap" without inflating more.
+        out = inflater.decompress(body, max_size + 1)
+    except zlib.error as exc:
+        raise DecodeError(f"corrupt value: {exc}") from None
+    if len(out) > max_size:
+        raise DecodeError(f"value inflates past {max_size} bytes")
+    if not inflater.eof:
+        raise DecodeError("corrupt value: incomplete or truncated zlib stream")
+    return out
+
+
+def decode_envelope(
+    value: bytes,
+    *,
+    key: bytes,
+    secret: bytes | None = None,
+    max_size: int | None = MAX_DECODED_BYTES,
+) -> dict[str, Any]:
     """Decode an envelope into its dict (``v``, ``t``, ``c``, ``d``): the hit path.
 
     Raises:
@@ -215,28 +259,43 @@ def decode_envelope(value: bytes, *, key: bytes, secret: bytes | None = None) ->
             raise DecodeError("value failed its HMAC check")
     elif header & _SIGNED:
         body = body[_TAG_BYTES:]
+    if header & _ZLIB:
+        body = _inflate(body, max_size)
     try:
-        if header & _ZLIB:
-            body = zlib.decompress(body)
         envelope = orjson.loads(body)
         if header & _TAGGED:
             envelope["v"] = _untag(envelope["v"])
         envelope["v"]
     except DecodeError:
         raise
-    except Exception as exc:  # zlib.error, JSONDecodeError, KeyError, TypeError, bad tags
+    except Exception as exc:  # JSONDecodeError, KeyError, TypeError, bad tags
         raise DecodeError(f"corrupt value: {exc}") from None
     return envelope
 
 
-def decode(value: bytes, *, key: bytes, secret: bytes | None = None) -> Decoded:
+def decode(
+    value: bytes,
+    *,
+    key: bytes,
+    secret: bytes | None = None,
+    max_size: int | None = MAX_DECODED_BYTES,
+) -> Decoded:
     """Decode an envelope written by ``encode``.
+
+    Args:
+        value: the stored envelope.
+        key: the cache key it is stored under (signed envelopes are bound to it).
+        secret: the HMAC key from ``normalize_secret``, if entries are signed.
+        max_size: the largest body a compressed envelope may inflate to, in bytes;
+            ``None`` for no limit. Only inflating is bounded: an uncompressed
+            value is already as large as it gets.
 
     Raises:
         DecodeError: the value is corrupt, of an unknown format, unsigned when a
-            secret is set, or its tag does not match.
+            secret is set, its tag does not match, or it inflates past ``max_size``.
+        ValueError: ``max_size`` is negative (checked when a value needs inflating).
     """
-    envelope = decode_envelope(value, key=key, secret=secret)
+    envelope = decode_envelope(value, key=key, secret=secret, max_size=max_size)
     try:
         return Decoded(envelope["v"], envelope["t"], envelope["c"], envelope["d"])
     except (KeyError, TypeError) as exc:

@@ -138,7 +138,9 @@ class Engine(StoreSide):
             if value[0] == PLAIN_HEADER and len(value) <= 2048 and self.secret is None:
                 envelope = _loads(value[1:])  # decode_envelope's fast path, without the call
             else:
-                envelope = decode_envelope(value, key=key, secret=self.secret)
+                envelope = decode_envelope(
+                    value, key=key, secret=self.secret, max_size=self.max_decoded_bytes
+                )
             result = envelope["v"]
             saved = envelope["d"] or 0.0
         except Exception:
@@ -192,7 +194,9 @@ class Engine(StoreSide):
             entry = await self.store_get(key)
         if entry is not None:
             try:
-                envelope = decode_envelope(entry.value, key=key, secret=self.secret)
+                envelope = decode_envelope(
+                    entry.value, key=key, secret=self.secret, max_size=self.max_decoded_bytes
+                )
             except DecodeError as exc:
                 await self.discard_corrupt(key, exc)
             else:
@@ -221,7 +225,9 @@ class Engine(StoreSide):
     async def decode_hit(self, key: bytes, entry: Entry, uses: int = 1) -> Decoded | None:
         """Decode a stored entry and count ``uses`` hits on it; a corrupt one is dropped."""
         try:
-            decoded = decode(entry.value, key=key, secret=self.secret)
+            decoded = decode(
+                entry.value, key=key, secret=self.secret, max_size=self.max_decoded_bytes
+            )
         except DecodeError as exc:
             await self.discard_corrupt(key, exc)
             return None
@@ -336,7 +342,9 @@ class Engine(StoreSide):
             DecodeError: the entry is corrupt; the caller computes instead.
         """
         try:
-            decoded = decode(entry.value, key=key, secret=self.secret)
+            decoded = decode(
+                entry.value, key=key, secret=self.secret, max_size=self.max_decoded_bytes
+            )
         except DecodeError:
             self.stats.corrupt += 1
             raise

@@ -265,7 +265,7 @@ async def _decoded(engine: Engine, key: bytes, entry: Entry | None) -> Decoded |
     if entry is None:
         return None
     try:
-        return decode(entry.value, key=key, secret=engine.secret)
+        return decode(entry.value, key=key, secret=engine.secret, max_size=engine.max_decoded_bytes)
     except DecodeError as exc:
         await engine.discard_corrupt(key, exc)
         return None

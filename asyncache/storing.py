@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
@@ -63,11 +64,18 @@ class StoreSide:
         self.admit: AdmitHook | None = None
         self.renew_on_hit = False
         self.max_entry_bytes = 1024 * 1024
+        self.decode_cap: int | None = None
         # Called with the seconds of each model call (one per batch); the Prometheus adapter
         # sets it. Kept to one attribute test so that no-one pays for it when unset.
         self.on_compute: Callable[[float], None] | None = None
         self._renewing: set[bytes] = set()
         self._unencodable_warned: set[str] = set()
+
+    @property
+    def max_decoded_bytes(self) -> int:
+        """The most bytes a stored entry may inflate to: ``decode_cap``, or 64 times
+        ``max_entry_bytes``. Past it an entry is corrupt (a decompression bomb)."""
+        return self.decode_cap if self.decode_cap is not None else 64 * self.max_entry_bytes
 
     async def timed(self, compute: Callable[[], Awaitable[T]]) -> tuple[T, float]:
         """Run one model call; return its result and its seconds (reported to ``on_compute``)."""
@@ -102,6 +110,8 @@ class StoreSide:
             ttl = self.ttl
             if callable(ttl):
                 ttl = ttl(inputs, result)
+            if ttl == math.inf:
+                ttl = None  # the same "no expiry" on every store
             if (ttl is not None and not ttl > 0) or (  # NaN too
                 self.admit is not None and self.admit(inputs, result) is False
             ):
@@ -147,7 +157,9 @@ class StoreSide:
             self.stats.conflicts += 1
             chosen = entry.value
         try:
-            return decode(chosen, key=key, secret=self.secret).value
+            return decode(
+                chosen, key=key, secret=self.secret, max_size=self.max_decoded_bytes
+            ).value
         except DecodeError:
             self.stats.corrupt += 1
             return result

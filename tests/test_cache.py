@@ -13,6 +13,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -646,3 +647,34 @@ def test_bad_options_are_refused() -> None:
         DecisionCache(ttl="60")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_entry_bytes"):
         DecisionCache(max_entry_bytes=0)
+
+
+@pytest.mark.parametrize("ttl", [math.inf, 1e300])
+async def test_an_infinite_or_huge_ttl_stores_without_expiry_on_every_store(
+    tmp_path: Path, ttl: float
+) -> None:
+    from asyncache.adapters.sqlite import SQLiteStore
+
+    for store in (MemoryStore(), SQLiteStore(tmp_path / f"{ttl}.sqlite")):
+        cache = DecisionCache(store, ttl=ttl)
+        model = Calls("ok")
+        for _ in range(12):  # past the store guard's failure threshold, were adds to fail
+            assert await cache.get_or_compute(K1, model) == "ok"
+        assert model.count == 1
+        stats = cache.stats()
+        assert stats["stores"] == 1 and stats["errors"] == 0 and stats["hits"] == 11
+        entry = await store.get(K1)
+        assert entry is not None
+        assert entry.expires_at is None or entry.expires_at > time.time() + 1e9
+        await cache.aclose()
+
+
+@pytest.mark.parametrize("ttl", [-1.0, 0.0, math.nan])
+async def test_a_negative_zero_or_nan_ttl_stores_nothing_and_is_counted(ttl: float) -> None:
+    cache = DecisionCache(ttl=lambda inputs, result: ttl)
+    model = Calls("ok")
+    assert await cache.get_or_compute(K1, model) == "ok"
+    assert await cache.get_or_compute(K1, model) == "ok"
+    assert model.count == 2
+    assert cache.stats()["not_admitted"] == 2 and cache.stats()["stores"] == 0
+    await cache.aclose()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import random
 import string
+import tracemalloc
 import zlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -14,7 +18,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncache.codec import Decoded, decode, decode_envelope, encode, normalize_secret
+from asyncache import DecisionCache, MemoryStore, cached_prediction
+from asyncache.codec import (
+    MAX_DECODED_BYTES,
+    Decoded,
+    decode,
+    decode_envelope,
+    encode,
+    normalize_secret,
+)
 from asyncache.errors import DecodeError
 
 KEY = bytes(range(16))
@@ -132,13 +144,14 @@ def _typed(value: Any) -> Any:
     raise AssertionError(type(value))
 
 
+_SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
 _json_like = st.recursive(
     st.one_of(
         st.none(),
         st.booleans(),
         st.integers(),  # big ones included
         st.floats(),
-        st.text(st.characters(blacklist_categories=("Cs",))),
+        st.text(st.characters(blacklist_categories=_SURROGATES)),
         st.binary(),
     ),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
@@ -276,3 +289,141 @@ def test_unencodable_results_are_type_errors() -> None:
     for result in ({1: "non-string key"}, object(), {1, 2}, [lambda: 1], 1 + 2j):
         with pytest.raises(TypeError):
             pack(result)
+
+
+# -- bounded inflating -----------------------------------------------------
+
+MiB = 1024 * 1024
+
+
+@functools.cache
+def bomb(inflated: int, *, secret: bytes | None = None, key: bytes = KEY) -> bytes:
+    """A small zlib envelope whose body inflates to ``inflated`` bytes of valid JSON.
+
+    Without a cap it would decode: the cap, not a parse error, is what stops it.
+    Built a MiB at a time, so making it never holds the inflated body.
+    """
+    head = b'{"v":"'
+    tail = b'","t":null,"c":1.0,"d":0.0}'
+    packer = zlib.compressobj(1)
+    parts = [packer.compress(head)]
+    run = inflated - len(head) - len(tail)
+    chunk = b"a" * MiB
+    for _ in range(run // MiB):
+        parts.append(packer.compress(chunk))
+    parts.append(packer.compress(b"a" * (run % MiB) + tail))
+    parts.append(packer.flush())
+    body = b"".join(parts)
+    if secret is None:
+        return bytes((0x11,)) + body  # format 1, zlib
+    header = 0x13  # format 1, zlib, signed
+    mac = hashlib.blake2b(key=secret, digest_size=16)
+    for part in (key, bytes((header,)), body):
+        mac.update(part)
+    return bytes((header,)) + mac.digest() + body
+
+
+def peak_bytes_while(fn: Callable[[], object]) -> int:
+    """The peak traced allocation while ``fn()`` runs (what it raises is swallowed)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        try:
+            fn()
+        except DecodeError:
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_default_cap_is_public_and_sane() -> None:
+    assert MAX_DECODED_BYTES == 64 * MiB
+    with pytest.raises(DecodeError, match=f"inflates past {MAX_DECODED_BYTES} bytes"):
+        decode(bomb(MAX_DECODED_BYTES + 1), key=KEY)
+
+
+@pytest.mark.parametrize("decoder", [decode, decode_envelope], ids=lambda fn: fn.__name__)
+@pytest.mark.parametrize("secret", [None, SECRET], ids=["unsigned", "signed"])
+def test_a_decompression_bomb_is_refused_without_inflating_it(
+    secret: bytes | None, decoder: Callable[..., Any]
+) -> None:
+    # A signed store's writer can plant one only if the secret leaked; an unsigned one, anyone.
+    inflated = 50_000_000
+    value = bomb(inflated, secret=secret)
+    assert len(value) < inflated // 50  # small on the wire
+    cap = 1 * MiB
+    with pytest.raises(DecodeError, match=f"inflates past {cap} bytes"):
+        decoder(value, key=KEY, secret=secret, max_size=cap)
+    peak = peak_bytes_while(lambda: decoder(value, key=KEY, secret=secret, max_size=cap))
+    # The cap bounds memory, not the bomb's size: CPython inflates into blocks and
+    # joins them (about twice the cap), plus zlib's window and the unread input.
+    assert peak < 3 * cap < inflated // 15, peak
+    # With no cap a smaller one is a valid entry: only the cap stops it.
+    assert decode(bomb(4 * MiB, secret=secret), key=KEY, secret=secret, max_size=None).value
+
+
+def test_a_value_at_the_cap_decodes_and_one_byte_over_does_not() -> None:
+    result = {"text": "spam " * 2000, "scores": [0.5] * 100}
+    value = pack(result)
+    assert value[0] & 0x01  # compressed
+    size = len(zlib.decompress(value[1:]))
+    assert decode(value, key=KEY, max_size=size).value == result
+    assert decode_envelope(value, key=KEY, max_size=size)["v"] == result
+    with pytest.raises(DecodeError, match=f"inflates past {size - 1} bytes"):
+        decode(value, key=KEY, max_size=size - 1)
+    signed = pack(result, secret=SECRET)
+    assert decode(signed, key=KEY, secret=SECRET, max_size=size).value == result
+    with pytest.raises(DecodeError, match="inflates past"):
+        decode(signed, key=KEY, secret=SECRET, max_size=size - 1)
+
+
+def test_normal_compressed_values_round_trip_under_the_default_and_no_cap() -> None:
+    result: dict[str, Any] = {"text": "spam " * 500, "array": np.arange(1000, dtype=np.int32)}
+    value = pack(result)
+    assert value[0] & 0x01
+    for max_size in (MAX_DECODED_BYTES, None):
+        got = decode(value, key=KEY, max_size=max_size).value
+        assert got["text"] == result["text"]
+        assert_same_array(got["array"], result["array"])
+
+
+def test_only_inflating_is_capped() -> None:
+    # An uncompressed value is already as large as it will get: the cap does not apply.
+    value = pack({"label": "ok"})
+    assert value[0] == 0x10
+    assert decode(value, key=KEY, max_size=0).value == {"label": "ok"}
+    assert decode_envelope(value, key=KEY, max_size=0)["v"] == {"label": "ok"}
+
+
+def test_truncated_and_negative_caps() -> None:
+    value = pack({"text": "spam " * 500})
+    for max_size in (MAX_DECODED_BYTES, None):
+        with pytest.raises(DecodeError, match="corrupt"):
+            decode(value[:-4], key=KEY, max_size=max_size)  # the stream ends early
+    with pytest.raises(ValueError, match="max_size"):
+        decode(value, key=KEY, max_size=-1)
+
+
+async def test_a_planted_bomb_is_a_corrupt_miss_that_is_replaced() -> None:
+    cache = DecisionCache(MemoryStore())
+    runs: list[str] = []
+
+    @cached_prediction(cache)
+    async def classify(text: str) -> dict[str, Any]:
+        runs.append(text)
+        return {"label": "ham", "text": text}
+
+    key = classify.key("hello")
+    # Bigger than the default cap, so it is refused whatever cap the engine passes.
+    planted = bomb(MAX_DECODED_BYTES + 36 * MiB, key=key)
+    await cache.store.add(key, planted, None)
+    assert await classify("hello") == {"label": "ham", "text": "hello"}
+    assert runs == ["hello"]
+    assert cache.stats()["corrupt"] == 1
+    entry = await cache.store.get(key)
+    assert entry is not None and entry.value != planted
+    assert decode(entry.value, key=key).value == {"label": "ham", "text": "hello"}
+    assert await classify("hello") == {"label": "ham", "text": "hello"}  # a hit now
+    assert runs == ["hello"]
+    assert cache.stats()["hits"] == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import time
@@ -65,6 +66,24 @@ class StoreContract:
         """An entry added with ``expires_at=None`` is kept and returned with ``None``."""
         assert await store.add(_key(1), b"forever", None) == Entry(b"forever", None)
         assert await store.get(_key(1)) == Entry(b"forever", None)
+
+    @pytest.mark.parametrize("far", [math.inf, 1e300, 1e17])
+    async def test_an_expiry_past_the_stores_range_never_expires(
+        self, store: DecisionStore, far: float
+    ) -> None:
+        """``inf`` means no expiry; a finite expiry past what the store can hold is clamped:
+        the entry is kept (never an error, never an entry that vanishes)."""
+        added = await store.add(_key(1), b"far", far)
+        assert added.value == b"far"
+        [entry] = await store.add_many([(_key(2), b"far too", far)])
+        assert entry.value == b"far too"
+        for key, value in ((_key(1), b"far"), (_key(2), b"far too")):
+            got = await store.get(key)
+            assert got is not None and got.value == value
+            assert got.expires_at is None or got.expires_at > time.time() + 100 * 365 * 86400
+        assert await store.renew(_key(1), far) is True
+        got = await store.get(_key(1))
+        assert got is not None and got.value == b"far"
 
     async def test_first_add_wins(self, store: DecisionStore) -> None:
         """A second ``add`` of a live key keeps the first entry, expiry included, and returns it."""
