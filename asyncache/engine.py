@@ -36,6 +36,7 @@ from .errors import DecodeError
 from .flight import Flight, FlightTable, copy_for_caller, error_for_caller
 from .guard import StoreGuard
 from .parts import Leasing, Sampler
+from .runtime import cancelled, is_cancellation
 from .stats import CacheStats, RateLimitedLog
 from .stores.memory import MemoryStore
 from .stores.protocol import DecisionStore, Entry
@@ -259,10 +260,10 @@ class Engine(StoreSide):
         # Every way out finishes the flight: it runs without a done callback (launch()).
         try:
             value, shared = await self._compute_shared(key, compute, inputs, source)
-        except asyncio.CancelledError:
-            flight.set_error(asyncio.CancelledError("the computation was cancelled"))
-            raise
         except BaseException as exc:
+            if is_cancellation(exc):
+                flight.set_error(cancelled("the computation was cancelled"))
+                raise
             flight.set_error(exc)
         else:
             flight.set_result(value, shared=shared)

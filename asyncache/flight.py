@@ -1,9 +1,10 @@
 """In-process coalescing of identical misses.
 
-A flight is one computation of one key. Its outcome sits beside an
-``asyncio.Event``; the computation runs as a task of its own, so a caller that
-is cancelled (a client that disconnected) stops waiting without cancelling
-the work or the other callers.
+A flight is one computation of one key. Its outcome sits beside an event of
+the running loop's kind (asyncio's, or trio's: ``asyncache.runtime``); the
+computation runs as a task of its own, so a caller that is cancelled (a client
+that disconnected) stops waiting without cancelling the work or the other
+callers.
 
 Deadlock freedom: a flight's task only computes and stores, it never waits on
 another flight. A batch claims every unclaimed key it needs before it awaits
@@ -19,6 +20,8 @@ import asyncio
 import copy
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
+
+from .runtime import cancelled, is_cancellation, new_event, spawn, wait_for
 
 __all__ = ["Flight", "FlightTable", "copy_for_caller", "error_for_caller"]
 
@@ -36,7 +39,7 @@ class Flight(Generic[T]):
     __slots__ = ("done", "error", "followers", "shared", "task", "traceback", "value")
 
     def __init__(self) -> None:
-        self.done = asyncio.Event()
+        self.done = new_event()
         self.value: T | None = None
         self.error: BaseException | None = None
         self.traceback: Any = None
@@ -63,17 +66,7 @@ class Flight(Generic[T]):
 
     async def wait(self, timeout: float | None) -> bool:  # noqa: ASYNC109 - per-waiter bound
         """Wait for the outcome; ``False`` when ``timeout`` passed first."""
-        if self.done.is_set():
-            return True
-        if timeout is None:
-            await self.done.wait()  # no timeout machinery: owners wait here on every miss
-            return True
-        try:
-            async with asyncio.timeout(timeout):
-                await self.done.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await wait_for(self.done, timeout)
 
 
 class FlightTable(Generic[T]):
@@ -105,39 +98,37 @@ class FlightTable(Generic[T]):
         ``work`` records outcomes on the flights; whatever it leaves unset (it
         was cancelled or raised) becomes an error, so no waiter hangs.
         """
-        task = asyncio.get_running_loop().create_task(work)
+
+        async def run() -> None:
+            error: BaseException | None = None
+            try:
+                await work
+            except BaseException as exc:
+                error = cancelled("the computation was cancelled") if is_cancellation(exc) else exc
+                if is_cancellation(exc):
+                    raise
+            finally:
+                for key, flight in zip(keys, flights, strict=True):
+                    if self._flights.get(key) is flight:
+                        del self._flights[key]
+                    if not flight.done.is_set():
+                        flight.set_error(
+                            error or RuntimeError("the computation ended without a result")
+                        )
+
+        task = spawn(run(), self._tasks)
         for flight in flights:
             flight.task = task
-        self._tasks.add(task)
-
-        def finish(task: asyncio.Task[None]) -> None:
-            self._tasks.discard(task)
-            error: BaseException | None = None
-            if task.cancelled():
-                error = asyncio.CancelledError("the computation was cancelled")
-            elif task.exception() is not None:
-                error = task.exception()
-            for key, flight in zip(keys, flights, strict=True):
-                if self._flights.get(key) is flight:
-                    del self._flights[key]
-                if not flight.done.is_set():
-                    flight.set_error(
-                        error or RuntimeError("the computation ended without a result")
-                    )
-
-        task.add_done_callback(finish)
 
     def launch(self, flight: Flight[T], work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` as an owned task for one flight, without a done callback.
+        """Run ``work`` as an owned task for one flight.
 
         The cheap form of ``start`` for the single-key miss: ``work`` must
         finish the flight and call ``landed`` on every way out (a ``finally``).
         A task cancelled before it first ran cannot, so ``aclose`` finishes
         whatever flight is still open.
         """
-        task = asyncio.get_running_loop().create_task(work)
-        flight.task = task
-        self._tasks.add(task)
+        flight.task = spawn(work, self._tasks, forget_when_done=False)
 
     def landed(self, key: bytes, flight: Flight[T]) -> None:
         """The last thing a launched task does: forget its flight and its task."""

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from .codec import decode, encode
 from .errors import DecodeError
 from .guard import StoreGuard
+from .runtime import spawn
 from .stats import CacheStats, RateLimitedLog
 from .stores.protocol import DecisionStore, Entry
 
@@ -197,9 +198,6 @@ class StoreSide:
         finally:
             self._renewing.discard(key)
 
-    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run ``work`` as an owned background task, awaited by ``aclose``."""
-        task = asyncio.get_running_loop().create_task(work)
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
-        return task
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
+        """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
+        return spawn(work, self.background)

@@ -16,13 +16,13 @@ leader's client has it, and each waiting request runs the app itself.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from ..engine import MISS, Engine, Unshared
+from ..runtime import cancelled, is_cancellation, new_event, spawn
 from ..stats import RateLimitedLog
 from .response import AdmitResponse, ResponseCapture, StoredResponse, replay_messages, to_value
 from .stats import MiddlewareStats
@@ -99,11 +99,10 @@ class Exchange:
     """
 
     __slots__ = (
-        "app_task",
+        "app",
         "body",
         "inputs",
         "key",
-        "outcome",
         "receive",
         "scope",
         "send",
@@ -129,8 +128,7 @@ class Exchange:
         self.inputs = inputs
         self.body = body
         self.source = "hit"
-        self.app_task: asyncio.Task[None] | None = None
-        self.outcome: asyncio.Future[Any] | None = None
+        self.app: AppRun | None = None
 
     async def run(self) -> None:
         """Answer the request: from the engine, or by running the app as the leader."""
@@ -148,12 +146,14 @@ class Exchange:
                     source=self.told,
                 )
             except BaseException:
-                if self.app_task is not None and self.app_task.done():
-                    await self.app_task  # the app's own exception is what the server must see
+                if self.app is not None and self.app.finished.is_set():
+                    self.app.raise_error()  # the app's own exception is what the server must see
                 raise
-        if self.app_task is not None:
-            # This request ran the app: its client already has the response.
-            await self.app_task
+        if self.app is not None:
+            # This request ran the app: its client already has the response. The request
+            # ends when the app does (its background work runs after the response).
+            await self.app.finished.wait()
+            self.app.raise_error()
             return
         await self.answer(value)
 
@@ -210,9 +210,8 @@ class Exchange:
         complete, or ``Unshared(None)`` when it may not be stored or shared.
         """
         settings = self.settings
-        loop = asyncio.get_running_loop()
-        self.outcome = outcome = loop.create_future()
         settings.stats.outcomes["miss"] += 1
+        self.app = run = AppRun()
         capture = ResponseCapture(
             self.send,
             scope=self.scope,
@@ -223,45 +222,45 @@ class Exchange:
             admit=settings.admit,
             finish=self._finish,
         )
-        self.app_task = task = loop.create_task(self._run_app(capture))
-        task.add_done_callback(_retrieve)
+        run.task = spawn(self._run_app(run, capture))
         try:
-            return await asyncio.shield(outcome)
-        except asyncio.CancelledError:
-            # The flight itself was cancelled (the cache is closing): stop the app too.
-            task.cancel()
+            await run.response.wait()
+        except BaseException as exc:
+            if is_cancellation(exc) and run.task is not None:
+                # The flight itself was cancelled (the cache is closing): stop the app too.
+                run.task.cancel()
             raise
+        if run.response_error is not None:
+            raise run.response_error
+        return run.value
 
-    async def _run_app(self, capture: ResponseCapture) -> None:
-        outcome = self.outcome
-        assert outcome is not None
+    async def _run_app(self, run: AppRun, capture: ResponseCapture) -> None:
         try:
             await self.settings.app(self.scope, self.receive, capture)
-        except asyncio.CancelledError:
-            if not outcome.done():
-                outcome.cancel()
-            raise
         except BaseException as exc:
-            if not outcome.done():
-                outcome.set_exception(exc)  # the flight fails; nothing is stored
-            raise
+            if is_cancellation(exc):
+                run.settle(error=cancelled("the app was cancelled"))
+                raise
+            run.error = exc
+            run.settle(error=exc)  # the flight fails; nothing is stored
         finally:
-            if not outcome.done():
+            if not run.response.is_set():
                 # The app ended without a whole response.
                 self.settings.stats.not_admitted("incomplete")
-                outcome.set_result(Unshared(None))
+                run.settle(Unshared(None))
+            run.finished.set()
 
     async def _finish(self, response: StoredResponse | None, reason: str | None) -> None:
         """The response is complete: hand it to the engine (or say it is not shareable)."""
-        outcome = self.outcome
-        if outcome is None or outcome.done():
+        run = self.app
+        if run is None or run.response.is_set():
             return
         if response is None:
             self.settings.stats.not_admitted(reason or "refused")
-            outcome.set_result(Unshared(None))
+            run.settle(Unshared(None))
             return
         own = self.settings.headers.names
-        outcome.set_result(to_value(response, own, head=self.inputs[0] == "HEAD"))
+        run.settle(to_value(response, own, head=self.inputs[0] == "HEAD"))
 
     async def recompute(self) -> Any:
         """Run the app again in the background for an audit; its response goes nowhere.
@@ -270,8 +269,7 @@ class Exchange:
             ValueError: the fresh response may not be stored, so it cannot be compared.
         """
         settings = self.settings
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
+        done: list[tuple[StoredResponse | None, str | None]] = []
         sent = False
 
         async def receive() -> Message:
@@ -280,15 +278,15 @@ class Exchange:
                 sent = True
                 return {"type": "http.request", "body": self.body, "more_body": False}
             # Never a disconnect: an app that listens for one would cut its response short.
-            await asyncio.Event().wait()
+            await new_event().wait()
             raise AssertionError("unreachable")
 
         async def discard(message: Message) -> None:
             pass
 
         async def finish(response: StoredResponse | None, reason: str | None) -> None:
-            if not done.done():
-                done.set_result((response, reason))
+            if not done:
+                done.append((response, reason))
 
         capture = ResponseCapture(
             discard,
@@ -301,15 +299,38 @@ class Exchange:
             finish=finish,
         )
         await settings.app(dict(self.scope), receive, capture)
-        if not done.done():
+        if not done:
             raise ValueError("the app ended without a whole response")
-        response, reason = done.result()
+        response, reason = done[0]
         if response is None:
             raise ValueError(f"the fresh response may not be stored ({reason})")
         return to_value(response, settings.headers.names, head=self.inputs[0] == "HEAD")
 
 
-def _retrieve(task: asyncio.Task[None]) -> None:
-    # The leader's request awaits the task; if that request was cancelled, nobody does.
-    if not task.cancelled():
-        task.exception()
+class AppRun:
+    """One run of the app by a leader: when its response is complete, and when it ends."""
+
+    __slots__ = ("error", "finished", "response", "response_error", "task", "value")
+
+    def __init__(self) -> None:
+        self.response = new_event()
+        """Set once the response is complete (or known not to be shareable, or failed)."""
+        self.finished = new_event()
+        """Set when the app returned or raised."""
+        self.value: Any = None
+        self.response_error: BaseException | None = None
+        self.error: BaseException | None = None
+        """What the app raised, for the leader's server."""
+        self.task: Any = None
+
+    def settle(self, value: Any = None, *, error: BaseException | None = None) -> None:
+        """Hand the engine the outcome (the first one only)."""
+        if not self.response.is_set():
+            self.value = value
+            self.response_error = error
+            self.response.set()
+
+    def raise_error(self) -> None:
+        """Raise what the app raised, if it did."""
+        if self.error is not None:
+            raise self.error

@@ -1,0 +1,137 @@
+"""Waiting and background work on whichever event loop the caller runs: asyncio or trio.
+
+Starlette and FastAPI run on anyio, so the middleware (and any code over a
+``MemoryStore``) may be awaited under trio (``TestClient(backend="trio")``,
+hypercorn's trio worker). The engine needs three things from the loop: an
+event to wait on, a bounded wait, and work that runs on its own (a flight that
+outlives a cancelled caller, a renewal off the caller's path). Under asyncio
+these are asyncio's own objects, unchanged and as cheap as before; under trio
+they are trio's, and work of its own runs as a trio system task, carrying a
+copy of the caller's context variables.
+
+The SQLite and Redis stores are asyncio libraries (aiosqlite, redis-py); under
+trio a cache uses a ``MemoryStore``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+__all__ = ["Event", "cancelled", "is_cancellation", "new_event", "spawn", "wait_for"]
+
+
+class Event(Protocol):
+    """What both asyncio's and trio's events offer."""
+
+    def set(self) -> None:
+        """Wake every waiter."""
+
+    def is_set(self) -> bool:
+        """Whether ``set`` was called."""
+        ...
+
+    async def wait(self) -> Any:
+        """Wait until ``set`` is called."""
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _trio() -> Any:
+    # Imported only when the caller runs on trio, which means it is installed.
+    import trio
+
+    return trio
+
+
+def new_event() -> Event:
+    """An event of the running loop's kind (asyncio's when no trio loop is running)."""
+    if "trio" in sys.modules and not _on_asyncio():
+        trio = _trio()
+        try:
+            trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return asyncio.Event()
+        event: Event = trio.Event()
+        return event
+    return asyncio.Event()
+
+
+async def wait_for(event: Event, timeout: float | None) -> bool:  # noqa: ASYNC109
+    """Wait for ``event``; ``False`` when ``timeout`` seconds passed first."""
+    if event.is_set():
+        return True
+    if timeout is None:
+        await event.wait()
+        return True
+    if isinstance(event, asyncio.Event):
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
+    with _trio().move_on_after(timeout):
+        await event.wait()
+    return event.is_set()
+
+
+def spawn(
+    work: Coroutine[Any, Any, Any],
+    owned: set[Any] | None = None,
+    *,
+    forget_when_done: bool = True,
+) -> asyncio.Task[Any] | None:
+    """Run ``work`` on its own; a caller that is cancelled does not cancel it.
+
+    Under asyncio it is a task, added to ``owned`` (so ``aclose`` can wait for
+    it or cancel it) and, unless ``forget_when_done`` is false (the owner then
+    removes it itself, which saves a callback), removed when it ends. Under
+    trio it is a system task, which trio cancels when the run ends; ``None``
+    is returned.
+    """
+    if _on_asyncio():
+        task = asyncio.get_running_loop().create_task(work)
+        if owned is not None:
+            owned.add(task)
+            if forget_when_done:
+                task.add_done_callback(owned.discard)
+        return task
+    trio = _trio()
+
+    async def run() -> None:
+        try:
+            await work
+        except BaseException as exc:
+            # A system task that raises would crash the whole trio run.
+            if not is_cancellation(exc):
+                return
+            raise
+
+    trio.lowlevel.spawn_system_task(run, context=contextvars.copy_context())
+    return None
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the loop cancelling a task (asyncio's or trio's)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return True
+    return type(exc).__module__.startswith("trio") and type(exc).__name__ == "Cancelled"
+
+
+def cancelled(message: str) -> asyncio.CancelledError:
+    """The exception a flight hands its waiters when its computation was cancelled.
+
+    Always asyncio's kind: trio's ``Cancelled`` cannot be made, and must never
+    be raised in a task that trio did not cancel.
+    """
+    return asyncio.CancelledError(message)
