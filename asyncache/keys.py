@@ -4,22 +4,13 @@
 encoding of ``["asyncache/1", namespace, fingerprint, scope, inputs]`` with
 object keys sorted.
 
-Most inputs are plain JSON (strings, numbers, ``None``, lists, string-keyed
-dicts): they are encoded by orjson in one call. Anything JSON would confuse
-takes a slower walk that tags it, so that values JSON merges stay apart:
-
-- ``NaN``, ``inf`` and ``-inf``, which orjson writes as ``null`` like ``None``
-  (an input holding one is walked, and its ``None`` stays ``null``);
-- ``b"x"`` and ``"x"``; big integers and their decimal strings;
-- dicts with non-string keys, sets, datetimes, dataclasses, pydantic models;
-- NumPy arrays and torch tensors, keyed on dtype, shape and a digest of their
-  bytes (torch is detected by its type, never imported here).
-
-``1`` and ``1.0`` are already distinct in orjson's output. A tuple keys like a
-list, an enum member like its value and a ``uuid.UUID`` like its string: orjson
-encodes those natively. Tags are lists whose first item starts with ``"\\x00"``;
-a user string starting with ``"\\x00"`` is itself tagged, so no input can
-imitate a tag.
+Plain JSON inputs are encoded by orjson in one call. Anything JSON would
+confuse (``NaN`` and ``None``, ``b"x"`` and ``"x"``, big integers, sets, dates,
+arrays...) takes a slower walk that tags it. Tags are lists whose first item
+starts with ``"\\x00"``; the walk tags user strings starting so too, so none is a tag.
+Aliases (tuples, mappings, enum members, ``str``/``int``/``float`` subclasses,
+UUIDs) key like their plain value, and an input with nothing to tag leaves the
+walk as orjson's bytes for its plain value: a key never depends on the path.
 """
 
 from __future__ import annotations
@@ -47,22 +38,44 @@ _OPTIONS = (
 )
 # An input whose plain encoding contains this might hold a NaN or an infinity.
 _SUSPECT_NULL = b"null"
+# How the walked encoding's wrapper starts: a plain encoding that does is walked instead.
+_TAG_START = b'["\\u0000'
 _dumps = orjson.dumps
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
+# Integers up to this many bits key on their decimal digits (at most 603: under any
+# sys.set_int_max_str_digits limit, 640 at the least); longer ones on their hex.
+_DECIMAL_BITS = 2000
+# orjson encodes at most this many nested containers; the walk accepts as many.
+_MAX_DEPTH = 254
 # Byte strings longer than this key on their digest rather than their hex.
 _INLINE_BYTES = 64
-# Encodings up to this size are scanned for suspects; longer ones are judged by
-# looking at up to _LOOK_BUDGET objects first.
+# Encodings up to this size are scanned for suspects; longer ones get a look first.
 _SCAN_LIMIT = 512
 _LOOK_BUDGET = 64
+_ADVICE = " pass key=... to say what identifies the call, or ignore=(...) to leave it out"
+_NO_ALIAS: Any = object()
+_BASES: Any = ((str, str.__str__), (int, int.__int__), (float, float.__float__))
+_TOO_DEEP_FOR_PYTHON = ": it nests too deep for Python's recursion limit;"
 
 
-class _NotPlainJSON(Exception):
-    """Raised inside orjson's fallback: the input needs the careful walk."""
+class _Refused(Exception):
+    """The walk cannot encode a value; ``path`` grows as it unwinds, innermost first."""
+
+    def __init__(self, detail: str, *, locate: bool = True, at: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail, self.locate, self.path = detail, locate, [] if at is None else [at]
+
+    def message(self, name: str | None, inputs: Any) -> str:
+        path = self.path[::-1]
+        where = "the inputs" if name is None else f"argument {name!r}"
+        if name is None and path and type(inputs) is dict and all(type(n) is str for n in inputs):
+            where = "argument " + path.pop(0)[1:-1]  # a call's arguments: path[0] is "['name']"
+        location = "".join(path) if self.locate else ""
+        return f"cannot build a cache key from {where}{location}{self.detail}{_ADVICE}"
 
 
 def _refuse(obj: Any) -> Any:
-    raise _NotPlainJSON
+    raise TypeError  # inside orjson's fallback: the input needs the careful walk
 
 
 def _hex_digest(data: bytes | memoryview) -> str:
@@ -76,7 +89,7 @@ def _digest_bytes(data: bytes | bytearray | memoryview) -> list[Any]:
     return ["\x00bytes", len(raw), _hex_digest(raw)]
 
 
-def _ndarray(obj: Any, where: str) -> list[Any]:
+def _ndarray(obj: Any) -> list[Any]:
     import numpy
 
     # asarray, not ascontiguousarray: the latter turns 0-d arrays and scalars into
@@ -86,11 +99,7 @@ def _ndarray(obj: Any, where: str) -> list[Any]:
     dtype = array.dtype
     if dtype.hasobject:
         # Their bytes are pointers: a different key in every process.
-        raise TypeError(
-            f"cannot build a cache key from {where}: a NumPy array of Python objects "
-            "has no stable bytes; pass key=... to say what identifies the call, "
-            "or ignore=(...) to leave it out"
-        )
+        raise _Refused(": a NumPy array of Python objects has no stable bytes;")
     # dtype.str of a structured dtype is only its size ("|V8"): spell its fields out.
     kind = dtype.str if dtype.fields is None else str(dtype.descr)
     return ["\x00ndarray", kind, list(array.shape), _hex_digest(array.tobytes())]
@@ -108,93 +117,184 @@ def _is_numpy(obj: Any) -> bool:
 
 
 def _is_tensor(obj: Any) -> bool:
-    cls = type(obj)
-    return cls.__module__.startswith("torch") and hasattr(obj, "untyped_storage")
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "untyped_storage")
 
 
-def _walk(obj: Any, where: str) -> Any:
-    """Turn ``obj`` into plain JSON with tags for everything JSON would merge."""
-    cls = type(obj)
-    if obj is None or cls is bool:
-        return obj
-    if cls is str:
-        return ["\x00str", obj] if obj.startswith("\x00") else obj
-    if cls is int:
-        return obj if _INT64_MIN <= obj <= _UINT64_MAX else ["\x00int", str(obj)]
-    if cls is float:
-        if math.isfinite(obj):
-            return obj
-        return ["\x00float", "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")]
-    if cls is list or cls is tuple:
-        return [_walk(item, f"{where}[{index}]") for index, item in enumerate(obj)]
-    if cls is dict:
-        return _walk_mapping(obj, where)
-    if isinstance(obj, bytes | bytearray | memoryview):
-        return _digest_bytes(obj)
-    if _is_numpy(obj):
-        return _ndarray(obj, where)
-    if _is_tensor(obj):
-        return _tensor(obj)
+def _uuid_text(obj: Any) -> str | None:
+    uuid = sys.modules.get("uuid")  # not imported: obj cannot be a UUID
+    return uuid.UUID.__str__(obj) if uuid is not None and isinstance(obj, uuid.UUID) else None
+
+
+def _alias(obj: Any) -> Any:
+    """The value ``obj`` keys as when it is an alias of one (see the module docstring)."""
     if isinstance(obj, enum.Enum):
-        # An enum member keys as its value, as orjson's plain encoding has it.
-        return _walk(obj.value, where)
-    if isinstance(obj, str):
-        # Subclasses key as their plain value; their own __str__ is not consulted.
-        return _walk(str.__str__(obj), where)
-    if isinstance(obj, int):
-        return _walk(int.__int__(obj), where)
-    if isinstance(obj, float):
-        return _walk(float.__float__(obj), where)
-    if isinstance(obj, datetime.datetime | datetime.date | datetime.time):
-        return [f"\x00{cls.__name__}", obj.isoformat()]
-    if isinstance(obj, datetime.timedelta):
-        return ["\x00timedelta", obj.total_seconds()]
-    decimal = sys.modules.get("decimal")  # not imported: obj cannot be a Decimal
-    if decimal is not None and isinstance(obj, decimal.Decimal):
-        return ["\x00decimal", str(obj)]
-    if isinstance(obj, set | frozenset):
-        items = [_walk(item, f"{where}{{}}") for item in obj]
-        return ["\x00set", sorted(items, key=_sort_key)]
-    if isinstance(obj, Mapping):
-        return _walk_mapping(dict(obj), where)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-        return ["\x00dataclass", cls.__qualname__, _walk_mapping(fields, where)]
-    if hasattr(obj, "model_dump") and hasattr(cls, "model_fields"):
-        return ["\x00pydantic", cls.__qualname__, _walk(obj.model_dump(mode="python"), where)]
-    if isinstance(obj, list | tuple):
-        return _walk(list(obj), where)
-    raise TypeError(
-        f"cannot build a cache key from {where} of type {cls.__module__}.{cls.__qualname__}: "
-        "pass key=... to say what identifies the call, or ignore=(...) to leave it out"
-    )
+        return obj.value
+    if _is_numpy(obj):  # numpy.float64 and numpy.str_ are subclasses too: arrays
+        return _NO_ALIAS
+    for base, plain in _BASES:
+        if isinstance(obj, base):
+            return plain(obj)
+    return _uuid_text(obj) or _NO_ALIAS
 
 
-def _walk_mapping(obj: dict[Any, Any], where: str) -> Any:
-    if all(type(name) is str for name in obj):
-        return {
-            (f"\x00{name}" if name.startswith("\x00") else name): _walk(value, f"{where}[{name!r}]")
-            for name, value in obj.items()
-        }
-    pairs = [
-        [_walk(name, where), _walk(value, f"{where}[{name!r}]")] for name, value in obj.items()
-    ]
-    return ["\x00map", sorted(pairs, key=lambda pair: _sort_key(pair[0]))]
+def _str_key(name: Any) -> str | None:
+    """The string a dict key keys as, or ``None`` when it is not an alias of a string."""
+    while type(name) is not str and isinstance(name, enum.Enum | str):  # not numpy.str_
+        name = _alias(name)
+    return name if type(name) is str else _uuid_text(name)
 
 
-def _sort_key(item: Any) -> bytes:
-    return orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
+def _locate(name: Any) -> str:
+    small = type(name) is int and name.bit_length() <= _DECIMAL_BITS
+    if small or type(name) in (str, float, bool) or name is None:
+        return f"[{name!r}]"
+    return f"[<{type(name).__qualname__}>]"
+
+
+def _string(text: str) -> bytes:
+    try:
+        return _dumps(text)
+    except orjson.JSONEncodeError:
+        raise _Refused(": a string holding a lone surrogate is not text;") from None
+
+
+class _Walk:
+    """Encodes an input as tagged JSON (``escape``) or, when it needs no tag, as plain JSON."""
+
+    __slots__ = ("escape", "escaped", "open", "tagged")
+
+    def __init__(self, *, escape: bool) -> None:
+        # escape: tag NUL-led strings and keys; tagged, escaped: whether it did either.
+        self.escape, self.tagged, self.escaped = escape, False, False
+        self.open: set[int] = set()  # the containers being walked: seeing one again is a cycle
+
+    def tag(self, items: list[Any]) -> bytes:
+        self.tagged = True
+        return _dumps(items)
+
+    def enter(self, obj: Any, depth: int) -> None:
+        if depth >= _MAX_DEPTH:
+            raise _Refused(f": it nests more than {_MAX_DEPTH} containers deep;", locate=False)
+        if id(obj) in self.open:
+            raise _Refused(": it contains itself;")
+        self.open.add(id(obj))
+
+    def value(self, obj: Any, depth: int) -> bytes:
+        cls = type(obj)
+        if cls is str:
+            if self.escape and obj.startswith("\x00"):
+                self.escaped = True
+                return b'["\\u0000str",' + _string(obj) + b"]"
+            return _string(obj)
+        if obj is None or cls is bool:
+            return _dumps(obj)
+        if cls is int:
+            if _INT64_MIN <= obj <= _UINT64_MAX:
+                return _dumps(obj)
+            big = str(obj) if obj.bit_length() <= _DECIMAL_BITS else hex(obj)
+            return self.tag(["\x00int", big])
+        if cls is float:
+            if math.isfinite(obj):
+                return _dumps(obj)
+            return self.tag(["\x00float", "nan" if obj != obj else ("inf" if obj > 0 else "-inf")])
+        if cls is list or cls is tuple:
+            return b"[" + b",".join(self.items(obj, depth)) + b"]"
+        if cls is dict:
+            return self.mapping(obj, obj, depth)
+        return self.other(obj, depth)
+
+    def items(self, obj: Any, depth: int, mark: str = "") -> list[bytes]:
+        self.enter(obj, depth)
+        parts = []
+        for index, item in enumerate(obj):
+            try:
+                parts.append(self.value(item, depth + 1))
+            except _Refused as refused:
+                refused.path.append(mark or f"[{index}]")
+                raise
+        self.open.discard(id(obj))
+        return parts
+
+    def mapping(self, obj: Any, items: dict[Any, Any], depth: int) -> bytes:
+        """``obj``'s ``items``: an object when the keys are distinct strings, else a map tag."""
+        self.enter(obj, depth)
+        texts: list[Any] = list(items)
+        if not all(type(text) is str for text in texts):
+            texts = [_str_key(name) for name in items]
+            if None in texts or len(set(texts)) < len(texts):
+                return self.pairs(obj, items, depth)
+        fields: dict[str, bytes] = {}
+        for text, (name, value) in zip(texts, items.items(), strict=True):
+            if text.startswith("\x00") and self.escape:
+                self.escaped, text = True, "\x00" + text
+            try:
+                fields[text] = _string(text) + b":" + self.value(value, depth + 1)
+            except _Refused as refused:
+                refused.path.append(_locate(name))
+                raise
+            except RecursionError:
+                if depth:  # unwind to the arguments, where there is room to say which
+                    raise
+                raise _Refused(_TOO_DEEP_FOR_PYTHON, at=_locate(name)) from None
+        self.open.discard(id(obj))
+        return b"{" + b",".join([fields[text] for text in sorted(fields)]) + b"}"
+
+    def pairs(self, obj: Any, items: dict[Any, Any], depth: int) -> bytes:
+        pairs = []
+        for name, value in items.items():
+            try:
+                pair = self.value(name, depth + 1), self.value(value, depth + 1)
+            except _Refused as refused:
+                refused.path.append(_locate(name))
+                raise
+            pairs.append(b"[" + b",".join(pair) + b"]")
+        self.open.discard(id(obj))
+        self.tagged = True  # sorted by key, then value: two keys can be aliases of one
+        return b'["\\u0000map",[' + b",".join(sorted(pairs)) + b"]]"
+
+    def other(self, obj: Any, depth: int) -> bytes:
+        cls = type(obj)
+        if isinstance(obj, bytes | bytearray | memoryview):
+            return self.tag(_digest_bytes(obj))
+        if _is_numpy(obj):
+            return self.tag(_ndarray(obj))
+        if _is_tensor(obj):
+            return self.tag(_tensor(obj))
+        alias = _alias(obj)
+        if alias is not _NO_ALIAS:
+            return self.value(alias, depth)
+        if isinstance(obj, datetime.datetime | datetime.date | datetime.time):
+            return self.tag([f"\x00{cls.__name__}", obj.isoformat()])
+        if isinstance(obj, datetime.timedelta):
+            return self.tag(["\x00timedelta", obj.total_seconds()])
+        decimal = sys.modules.get("decimal")  # not imported: obj cannot be a Decimal
+        if decimal is not None and isinstance(obj, decimal.Decimal):
+            return self.tag(["\x00decimal", str(obj)])
+        if isinstance(obj, set | frozenset):
+            items = sorted(self.items(obj, depth, "{}"))
+            self.tagged = True
+            return b'["\\u0000set",[' + b",".join(items) + b"]]"
+        if isinstance(obj, Mapping):
+            return self.mapping(obj, dict(obj), depth)
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+            kind = "dataclass"
+        elif hasattr(obj, "model_dump") and hasattr(cls, "model_fields"):
+            kind, fields = "pydantic", obj.model_dump(mode="python")
+        elif isinstance(obj, list | tuple):
+            return b"[" + b",".join(self.items(obj, depth)) + b"]"
+        else:
+            raise _Refused(f" of type {cls.__module__}.{cls.__qualname__}:")
+        head = self.tag([f"\x00{kind}", cls.__qualname__])[:-1]  # the fields follow
+        return head + b"," + self.mapping(obj, fields, depth) + b"]"
 
 
 def _looks_plain(obj: Any, budget: float = _LOOK_BUDGET) -> bool | None:
     """Whether ``obj`` is plain JSON with nothing to tag; ``None`` when it cannot tell.
 
-    Only the types orjson encodes natively reach here (others raised already),
-    so a string, finite float, int, bool or ``None`` at every leaf means the
-    fast encoding is canonical: its ``null`` can only be ``None``. It cannot
-    tell past ``budget`` items, or at a leaf of another type (an enum, a UUID).
-    Walks containers, not items, to stay cheap on the common shape (a dict of
-    strings and short lists).
+    Only what orjson encodes natively reaches here, so a string, finite float, int,
+    bool, ``None`` or UUID at every leaf (through enum members) means its ``null``
+    can only be ``None``. Past ``budget`` items, or at another leaf, it cannot tell.
     """
     cls = type(obj)
     if cls is dict:
@@ -219,33 +319,31 @@ def _looks_plain(obj: Any, budget: float = _LOOK_BUDGET) -> bool | None:
                 todo.append(item.values())
             elif cls is list or cls is tuple:
                 todo.append(item)
-            else:
+            elif isinstance(item, enum.Enum):
+                todo.append((item.value,))
+            elif cls.__name__ != "UUID" or cls.__module__ != "uuid":  # orjson's only UUID
                 return None
     return True
-
-
-def _where(name: str | None) -> str:
-    return "the inputs" if name is None else f"argument {name!r}"
 
 
 def canonical(obj: Any, *, name: str | None = None) -> bytes:
     """Canonical bytes of ``obj``: equal inputs give equal bytes, different ones differ.
 
-    Plain JSON is orjson's output as is. Anything else is walked into tagged
-    JSON and wrapped as ``["\\u0000c", ...]``, a shape the plain encoding of
-    an input never has (a top-level list starting with a NUL-prefixed string
-    takes the walk too), so the two encodings cannot collide.
+    Plain JSON is orjson's output as is. Anything else is walked: into that same
+    plain JSON when nothing needs a tag, else into tagged JSON wrapped as
+    ``["\\u0000c", ...]``, a shape no plain encoding has (one starting so is walked).
 
     Args:
         obj: the value to encode.
         name: the argument's name, used in the error message.
 
     Raises:
-        TypeError: ``obj`` holds a value of a type the encoder does not know.
+        TypeError: ``obj`` holds a value of a type the encoder does not know,
+            nests more than 254 containers deep or contains itself.
     """
     try:
         raw = _dumps(obj, default=_refuse, option=_OPTIONS)
-    except (_NotPlainJSON, orjson.JSONEncodeError):
+    except orjson.JSONEncodeError:  # a TypeError: what _refuse raises, or what orjson does
         pass
     else:
         # orjson writes None, NaN and the infinities alike as null. The rule: the
@@ -257,23 +355,20 @@ def canonical(obj: Any, *, name: str | None = None) -> bytes:
             plain = raw.find(_SUSPECT_NULL) < 0 or _looks_plain(obj, math.inf) is True
         else:
             plain = verdict  # scanning a long encoding costs more than a look
-        if plain and (type(obj) is dict or not _looks_like_tag(obj)):
+        if plain and (type(obj) is dict or not raw.startswith(_TAG_START)):
             return raw
-    if name is None and type(obj) is dict and all(type(arg) is str for arg in obj):
-        # Name the offending argument in the error when the inputs are a call's arguments.
-        walked: Any = {
-            (f"\x00{arg}" if arg.startswith("\x00") else arg): _walk(value, _where(arg))
-            for arg, value in obj.items()
-        }
-    else:
-        walked = _walk(obj, _where(name))
-    return b'["\\u0000c",' + orjson.dumps(walked, option=orjson.OPT_SORT_KEYS) + b"]"
-
-
-def _looks_like_tag(obj: Any) -> bool:
-    if type(obj) is not list and type(obj) is not tuple:
-        return False
-    return bool(obj) and type(obj[0]) is str and obj[0].startswith("\x00")
+    walk = _Walk(escape=True)
+    try:
+        tagged = walk.value(obj, 0)
+        if not walk.tagged:
+            plain_bytes = _Walk(escape=False).value(obj, 0) if walk.escaped else tagged
+            if not plain_bytes.startswith(_TAG_START):
+                return plain_bytes
+    except _Refused as refused:
+        raise TypeError(refused.message(name, obj)) from None
+    except RecursionError:
+        raise TypeError(_Refused(_TOO_DEEP_FOR_PYTHON).message(name, None)) from None
+    return b'["\\u0000c",' + tagged + b"]"
 
 
 class KeyBuilder:

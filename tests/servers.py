@@ -68,7 +68,7 @@ def _terminate(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
     _RUNNING.discard(process)
 
 
-def send_command(port: int, *args: str | bytes, timeout: float = 2.0) -> bytes:
+def send_command(port: int, *args: str | bytes, timeout: float = 10.0) -> bytes:
     """Send one command over RESP and return the raw reply (a one-line or bulk reply).
 
     Raises:
@@ -164,7 +164,7 @@ class RedisServer:
             ]
         return args + list(self.extra_args)
 
-    def start(self, *, timeout: float = 15.0) -> None:
+    def start(self, *, timeout: float = 60.0) -> None:
         """Start the server and wait until it answers PING.
 
         Raises:
@@ -191,7 +191,7 @@ class RedisServer:
                     + self.log_tail()
                 )
             with contextlib.suppress(OSError, RuntimeError):
-                if send_command(self.port, "PING", timeout=0.5) == b"PONG":
+                if send_command(self.port, "PING", timeout=2.0) == b"PONG":
                     return
             if time.monotonic() > deadline:
                 self.kill()

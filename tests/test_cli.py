@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from asyncache import DecisionCache, cached_prediction, open_store
+from asyncache.redact import redact_text, redact_url
 
-from .support import free_port, require
+from .servers import RedisServer, send_command
+from .support import free_port, require, require_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 _SCRIPT = shutil.which("asyncache", path=str(Path(sys.executable).parent))
@@ -318,3 +320,233 @@ def test_unknown_options_are_usage_errors() -> None:
     result = run("prune", "memory://", "--bogus")
     assert result.returncode == 2
     assert "unrecognized arguments: --bogus" in result.stderr
+
+
+# -- passwords: no URL the command prints or logs shows one ---------------------
+
+SECRET = "hunter2-Qx7vZ"
+"""The password of every URL below: no output of the command may hold it."""
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:hunter2@host/0", "redis://***@host/0"),
+        ("redis://user:hunter2@host:6379/0?prefix=a:", "redis://***@host:6379/0?prefix=a:"),
+        ("redis://token-only@host", "redis://***@host"),
+        ("rediss+cluster://u:p@h1:1,h2:2?prefix=x", "rediss+cluster://***@h1:1,h2:2?prefix=x"),
+        ("tiered+redis://:pw@h?l1_ttl=5", "tiered+redis://***@h?l1_ttl=5"),
+        (
+            "redis://h/0?prefix=a&password=x&PASS=y&ssl_password=z&token=t&api_key=k&db=1",
+            "redis://h/0?prefix=a&password=***&PASS=***&ssl_password=***&token=***"
+            "&api_key=***&db=1",
+        ),
+        (
+            "redis://h?ssl_keyfile=/etc/k.pem&secret=s",
+            "redis://h?ssl_keyfile=/etc/k.pem&secret=***",
+        ),
+        ("unix:///run/redis.sock?passwd=pw", "unix:///run/redis.sock?passwd=***"),
+        # Unescaped characters in a password: hide more rather than less.
+        ("redis://:ab/cd@host/0", "redis://***@host/0"),
+        ("redis://:ab?cd@host/0", "redis://***@host/0"),
+        ("redis://:ab#cd@host", "redis://***@host"),
+        ("redis://:a@b@host", "redis://***@host"),
+        ("http://u:p@h:8000/stats?x=1#token=t", "http://***@h:8000/stats?x=1#token=***"),
+        # Nothing secret: as written.
+        ("sqlite:///tmp/a@b.db?busy_timeout=3", "sqlite:///tmp/a@b.db?busy_timeout=3"),
+        ("redis://host:6379?client_name=me@x.org", "redis://host:6379?client_name=me@x.org"),
+        ("memory://?max_entries=10", "memory://?max_entries=10"),
+        ("not-a-url", "not-a-url"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_redact_text_cuts_the_secrets_of_urls_wherever_they_are() -> None:
+    url = f"redis://user:{SECRET}@host/0?token=abc%2Fdef"
+    text = f"cannot open {url}: AUTH user {SECRET} refused; token abc/def; ab stays"
+    redacted = redact_text(text, [url, "not-a-url"])
+    assert SECRET not in redacted and "abc" not in redacted
+    assert redacted.startswith("cannot open redis://***@host/0?token=***: AUTH user *** refused")
+    assert redacted.endswith("; ab stays")
+
+
+def assert_no_secret(result: subprocess.CompletedProcess[str]) -> None:
+    assert SECRET not in result.stdout, result.stdout
+    assert SECRET not in result.stderr, result.stderr
+
+
+@pytest.fixture(scope="module")
+def secret_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The port of a redis-server of this module's own that needs the password ``SECRET``.
+
+    The default user has it (``redis://:SECRET@``) and so does the user ``cli``
+    (``redis://cli:SECRET@``).
+    """
+    pytest.importorskip("redis")
+    server = RedisServer(require_binary("redis-server"), tmp_path_factory.mktemp("secret-redis"))
+    server.start()
+    try:
+        send_command(server.port, "ACL", "SETUSER", "cli", "on", f">{SECRET}", "~*", "&*", "+@all")
+        send_command(server.port, "CONFIG", "SET", "requirepass", SECRET)
+        yield server.port
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["default", "user"])
+def secret_url(request: pytest.FixtureRequest, secret_redis: int, redis_prefix: str) -> str:
+    """A store on ``secret_redis`` with 3 entries, its URL with the password in it."""
+    user = "" if request.param == "default" else "cli"
+    url = f"redis://{user}:{SECRET}@127.0.0.1:{secret_redis}/0?prefix={redis_prefix}"
+
+    async def fill() -> None:
+        store = open_store(url)
+        for i in range(3):
+            await store.add(bytes([i]) * 16, b"v" * 8, time.time() + 600)
+        await store.aclose()
+
+    asyncio.run(fill())
+    return url
+
+
+def test_stats_never_shows_the_password(secret_url: str) -> None:
+    table = run("stats", secret_url)
+    assert table.returncode == 0, table.stderr
+    assert_no_secret(table)
+    assert redact_url(secret_url) in table.stdout  # the title, on one line
+    assert "entries" in table.stdout
+    as_json = run("stats", secret_url, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert_no_secret(as_json)
+    assert json.loads(as_json.stdout)["store"]["entries"] == 3
+
+
+def test_prune_never_shows_the_password(secret_url: str) -> None:
+    result = run("prune", secret_url)
+    assert result.returncode == 0, result.stderr
+    assert_no_secret(result)
+    assert f"from {redact_url(secret_url)} (Redis expires" in result.stdout
+
+
+def test_clear_never_shows_the_password(secret_url: str) -> None:
+    refused = run("clear", secret_url, stdin="n\n")
+    assert refused.returncode == 1
+    assert_no_secret(refused)
+    assert f"delete all 3 entries in {redact_url(secret_url)}?" in refused.stdout
+    agreed = run("clear", secret_url, "--yes")
+    assert agreed.returncode == 0, agreed.stderr
+    assert_no_secret(agreed)
+    assert f"cleared {redact_url(secret_url)} (3 entries)" in agreed.stdout
+
+
+def test_a_wrong_password_is_one_line_without_it(secret_redis: int) -> None:
+    for user in ("", "cli"):
+        url = f"redis://{user}:{SECRET}-wrong@127.0.0.1:{secret_redis}/0?retries=0"
+        for args in (("stats", url), ("clear", url, "--yes")):
+            result = run(*args)
+            assert_no_secret(result)
+            assert "AuthenticationError" in one_line_error(result)
+        pruned = run("prune", url)  # which sends Redis no command
+        assert pruned.returncode == 0, pruned.stderr
+        assert_no_secret(pruned)
+
+
+_UNREACHABLE = f"redis://:{SECRET}@127.0.0.1:1/0?retries=0"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("stats", _UNREACHABLE), "ConnectionError"),
+        (("stats", "--json", _UNREACHABLE), "ConnectionError"),
+        (("prune", f"{_UNREACHABLE}&prefix="), "RedisStore option prefix=''"),
+        (("clear", _UNREACHABLE), "ConnectionError"),
+        (("clear", "--yes", _UNREACHABLE), "ConnectionError"),
+        (("stats", f"tiered+{_UNREACHABLE}"), "ConnectionError"),
+        (
+            ("stats", f"redis://user:{SECRET}@127.0.0.1:1/0?retries=0&token={SECRET}"),
+            "unknown RedisStore option(s) ['token']",
+        ),
+        # Messages that quote the URL.
+        (("prune", f"foo://user:{SECRET}@somewhere/0"), "'foo://***@somewhere/0'"),
+        (("clear", f"redis://:{SECRET}@host:port/0"), "bad port in 'redis://"),
+        (("stats", f"redis://:{SECRET}@h/0?prefix=a&prefix=b"), "given twice in 'redis://"),
+        (("stats", f"redis://127.0.0.1:1/0?password={SECRET}"), "['password']"),
+        (("stats", f"redis://127.0.0.1:1/0?ssl_password={SECRET}"), "['ssl_password']"),
+        (("prune", f"sqlite:///missing.db?password={SECRET}"), "unknown sqlite option"),
+        (("stats", f"sqlite://cli:{SECRET}@/cache.db"), "take no host ('sqlite://***@/cache.db')"),
+        (
+            ("stats", "--live", f"http://cli:{SECRET}@127.0.0.1:1/cache/stats"),
+            "cannot reach http://***@127.0.0.1:1/cache/stats",
+        ),
+        (
+            ("stats", "--live", f"http://cli:{SECRET}@127.0.0.1:port/cache/stats"),
+            "cannot reach http://***@127.0.0.1:port/cache/stats",
+        ),
+        (
+            ("stats", "--live", f"http://127.0.0.1:1/cache/stats?token={SECRET}"),
+            "cannot reach http://127.0.0.1:1/cache/stats?token=***",
+        ),
+    ],
+)
+def test_failures_never_show_the_password(args: tuple[str, ...], message: str) -> None:
+    result = run(*args)
+    assert_no_secret(result)
+    assert message in one_line_error(result)
+    with_traceback = run("--traceback", *args)
+    assert with_traceback.returncode != 0
+    assert "Traceback" in with_traceback.stderr
+    assert_no_secret(with_traceback)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (f"redis://:{SECRET}@127.0.0.1:1/0",),  # not a command
+        ("stats", "memory://", f"redis://:{SECRET}@127.0.0.1:1/0"),  # one URL too many
+        ("prune", f"--store=redis://:{SECRET}@127.0.0.1:1/0"),  # not an option of prune
+        ("clear",),
+    ],
+)
+def test_usage_errors_never_show_the_password(args: tuple[str, ...]) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    assert_no_secret(result)
+    assert "usage: asyncache" in result.stderr
+
+
+def test_stats_of_a_live_process_with_a_password(live_endpoint: str) -> None:
+    url = live_endpoint.replace("http://", f"http://cli:{SECRET}@")
+    result = run("stats", "--live", url)
+    assert result.returncode == 0, result.stderr
+    assert_no_secret(result)
+    assert redact_url(url) in result.stdout
+    assert "hit_rate" in result.stdout
+
+
+_LEAKY_MODULE = """
+import logging, os
+from asyncache import DecisionCache, cached_prediction
+
+cache = DecisionCache(namespace="leaky")
+
+@cached_prediction(cache)
+async def score(text: str) -> str:
+    # What a careless model, or a library under it, might say.
+    logging.getLogger("asyncache.leaky").warning("scoring against %s", os.environ["STORE"])
+    raise ValueError(f"cannot score {text}: {os.environ['STORE']} said no")
+"""
+
+
+def test_warm_never_shows_the_password(secret_url: str, tmp_path: Path) -> None:
+    (tmp_path / "leaky.py").write_text(_LEAKY_MODULE)
+    (tmp_path / "inputs.jsonl").write_text('"a"\n"b"\n')
+    args = ("warm", "leaky:score", "inputs.jsonl", "--store", secret_url)
+    for extra in ((), ("--json",)):
+        result = run(*args, *extra, cwd=tmp_path, env={"STORE": secret_url})
+        assert result.returncode == 1
+        assert_no_secret(result)
+        assert f"scoring against {redact_url(secret_url)}" in result.stderr
+        assert f"{redact_url(secret_url)} said no" in result.stdout

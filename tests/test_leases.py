@@ -25,6 +25,14 @@ from .servers import RedisServer
 ROOT = Path(__file__).resolve().parent.parent
 # A hang guard for child processes, never a timing assertion.
 CHILD_TIMEOUT = 240
+# A hang guard for waits inside a test, never a timing assertion.
+WAIT_TIMEOUT = 60.0
+# Redis options for a loaded test machine (two copies of the suite, four workers
+# each, on two cores): connecting, a command, or waiting for a pooled connection
+# may take seconds, and the defaults (1-2 s) would turn that into store errors.
+GENEROUS = "socket_connect_timeout=30&socket_timeout=30&pool_timeout=30"
+# The same for every store call the engine makes (its default is 1 s).
+STORE_TIMEOUT = 30.0
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -36,17 +44,22 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     pytest.importorskip("redis")
     redis_url: str = request.getfixturevalue("redis_url")
     prefix: str = request.getfixturevalue("redis_prefix")
-    return f"{redis_url}?prefix={prefix}"
+    return f"{redis_url}?prefix={prefix}&{GENEROUS}"
 
 
 # -- in one process: caches that share nothing but the store -----------------
 
 
 async def _until(condition: Callable[[], bool]) -> None:
-    while True:
-        if condition():
-            return
+    deadline = time.monotonic() + WAIT_TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
         await asyncio.sleep(0.001)
+
+
+def _cache(store_url: str, **options: Any) -> DecisionCache:
+    """A cache with leases on a store of its own at ``store_url``."""
+    return DecisionCache(open_store(store_url), leases=True, store_timeout=STORE_TIMEOUT, **options)
 
 
 def _predictor(cache: DecisionCache, runs: list[str], gate: asyncio.Event | None, who: str) -> Any:
@@ -64,8 +77,8 @@ async def test_second_cache_waits_for_the_first(store_url: str) -> None:
     runs: list[str] = []
     gate = asyncio.Event()
     async with (
-        DecisionCache(open_store(store_url), leases=True, lease_ttl=30) as first,
-        DecisionCache(open_store(store_url), leases=True, lease_ttl=30) as second,
+        _cache(store_url, lease_ttl=30) as first,
+        _cache(store_url, lease_ttl=30) as second,
     ):
         a = _predictor(first, runs, gate, "first")
         b = _predictor(second, runs, None, "second")
@@ -90,14 +103,17 @@ async def test_exactly_one_waiter_takes_over_an_abandoned_lease(store_url: str) 
     key_store = open_store(store_url)
     async with (
         DecisionCache(key_store, leases=True, lease_ttl=30) as probe,
-        DecisionCache(open_store(store_url), leases=True, lease_ttl=30) as b_cache,
-        DecisionCache(open_store(store_url), leases=True, lease_ttl=30) as c_cache,
+        _cache(store_url, lease_ttl=30) as b_cache,
+        _cache(store_url, lease_ttl=30) as c_cache,
     ):
         key = _predictor(probe, runs, None, "probe").key(7)
-        # An owner that took the lease and died: nobody will ever release it.
-        assert await key_store.acquire_lease(key, b"dead-owner", 0.5)  # type: ignore[attr-defined]
         b = _predictor(b_cache, runs, None, "b")
         c = _predictor(c_cache, runs, None, "c")
+        # Connected first, so that both start waiting well within the dead lease's life.
+        for cache in (b_cache, c_cache):
+            assert await cache.store.get(key) is None
+        # An owner that took the lease and died: nobody will ever release it.
+        assert await key_store.acquire_lease(key, b"dead-owner", 2.0)  # type: ignore[attr-defined]
         results = await asyncio.gather(*[b(7) for _ in range(3)], *[c(7) for _ in range(3)])
         assert len(runs) == 1
         assert len({result["by"] for result in results}) == 1
@@ -112,8 +128,12 @@ async def test_a_tier_takes_its_leases_in_the_shared_level(tmp_path: Path) -> No
     gate = asyncio.Event()
     url = f"sqlite:///{tmp_path / 'tier.db'}"
     async with (
-        DecisionCache(TieredStore(MemoryStore(), open_store(url)), leases=True) as first,
-        DecisionCache(TieredStore(MemoryStore(), open_store(url)), leases=True) as second,
+        DecisionCache(
+            TieredStore(MemoryStore(), open_store(url)), leases=True, store_timeout=STORE_TIMEOUT
+        ) as first,
+        DecisionCache(
+            TieredStore(MemoryStore(), open_store(url)), leases=True, store_timeout=STORE_TIMEOUT
+        ) as second,
     ):
         a = _predictor(first, runs, gate, "first")
         b = _predictor(second, runs, None, "second")
@@ -129,7 +149,7 @@ async def test_a_tier_takes_its_leases_in_the_shared_level(tmp_path: Path) -> No
 async def test_without_coalescing_each_call_takes_the_lease(tmp_path: Path) -> None:
     runs: list[str] = []
     url = f"sqlite:///{tmp_path / 'alone.db'}"
-    async with DecisionCache(open_store(url), leases=True, coalesce=False) as cache:
+    async with _cache(url, coalesce=False) as cache:
         predict = _predictor(cache, runs, None, "alone")
         results = await asyncio.gather(*[predict(2) for _ in range(5)])
         assert runs == ["alone"]
@@ -141,7 +161,8 @@ async def test_callers_during_a_flight_do_not_query_the_store(redis_url: str) ->
     pytest.importorskip("redis")
     runs: list[str] = []
     gate = asyncio.Event()
-    async with DecisionCache(open_store(redis_url + "?prefix=asyncache-test:flight:")) as cache:
+    url = f"{redis_url}?prefix=asyncache-test:flight:&{GENEROUS}"
+    async with DecisionCache(open_store(url), store_timeout=STORE_TIMEOUT) as cache:
         predict = _predictor(cache, runs, gate, "one")
         first = asyncio.create_task(predict(1))
         await _until(lambda: bool(runs))
@@ -162,7 +183,7 @@ async def test_leases_without_a_lease_store_only_coalesce(caplog: pytest.LogCapt
     assert "has no leases" in caplog.text
     async with cache:
         predict = _predictor(cache, runs, None, "only")
-        assert await asyncio.gather(predict(1), predict(1)) == [{"x": 1, "by": "only"}] * 2
+        assert list(await asyncio.gather(predict(1), predict(1))) == [{"x": 1, "by": "only"}] * 2
         assert runs == ["only"]
 
 
@@ -207,6 +228,8 @@ def _spawn(
         str(go),
         "--out",
         str(tmp_path / f"{name}.json"),
+        "--signals",
+        str(tmp_path),
     ]
     for option, value in options.items():
         command += [f"--{option.replace('_', '-')}", str(value)]
@@ -259,7 +282,11 @@ def test_four_processes_compute_each_key_once(
 ) -> None:
     go = tmp_path / "go"
     names = [f"worker{i}" for i in range(4)]
-    reap += [_spawn(tmp_path, name, store_url, go, keys=20, per_key=50) for name in names]
+    # The processes overlap for certain: a model run holds its lease until some
+    # process has waited for one (the workers' --hold), however late the others
+    # start on a loaded machine. The leases outlive that hold: no takeovers.
+    options = {"keys": 20, "per_key": 50, "hold": 60, "lease_ttl": 120}
+    reap += [_spawn(tmp_path, name, store_url, go, **options) for name in names]
     _wait_for([tmp_path / f"{name}.ready" for name in names], reap)
     go.touch()
     logged = "".join(_finish(process) for process in reap)
@@ -275,7 +302,7 @@ def test_four_processes_compute_each_key_once(
         nonces = {nonce for report in reports for nonce in report["decisions"][key]}
         assert len(nonces) == 1, (key, nonces)
     assert all(report["calls"] == 1000 for report in reports)
-    assert sum(report["stats"]["lease_waits"] for report in reports) > 0
+    assert sum(report["stats"]["lease_waits"] for report in reports) > 0, (reports, logged)
 
 
 @pytest.mark.slow
@@ -283,7 +310,9 @@ def test_a_killed_owner_is_taken_over(
     store_url: str, tmp_path: Path, reap: list[subprocess.Popen[str]]
 ) -> None:
     owner_go, others_go = tmp_path / "go-owner", tmp_path / "go-others"
-    lease_ttl = 3.0
+    # The dead owner's lease must outlive the others' start (milliseconds when
+    # idle, seconds on a loaded machine); the test lasts about this long.
+    lease_ttl = 10.0
     owner = _spawn(
         tmp_path, "owner", store_url, owner_go, keys=1, per_key=5, compute=600, lease_ttl=lease_ttl
     )
@@ -297,6 +326,8 @@ def test_a_killed_owner_is_taken_over(
     # The owner holds the lease once its model runs.
     _wait_for([tmp_path / "runs.log"], reap)
     others_go.touch()
+    # Both wait for the owner's lease before it dies, so that one of them takes it over.
+    _wait_for([tmp_path / "waited-b", tmp_path / "waited-c"], reap)
     os.kill(owner.pid, signal.SIGKILL)
     owner.communicate()
     for process in others:

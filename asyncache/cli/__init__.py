@@ -12,18 +12,27 @@ One module per command (``stats``, ``prune``, ``clear``, ``warm``, ``demo``),
 each with a ``run(args)``, and ``common`` for what they share. Every failure
 the user can cause (a bad URL, a missing extra, an unreadable file, a module
 that does not import) is one line on stderr and a non-zero exit;
-``--traceback`` shows the whole story. Tables and the progress bar use rich
-(``pip install 'asyncache-ml[cli]'``), imported only when drawn. What a store
-holds comes from the store itself (its ``describe()``): the commands format.
+``--traceback`` shows the whole story. Nothing the command prints or logs
+shows a password: URLs appear as ``asyncache.redact.redact_url`` writes them,
+and the secrets of the URLs on the command line are cut from every message
+(usage errors, failures, tracebacks, warnings logged while it runs). Tables
+and the progress bar use rich (``pip install 'asyncache-ml[cli]'``), imported
+only when drawn. What a store holds comes from the store itself (its
+``describe()``): the commands format.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
 
 from ..errors import ConfigurationError
+from ..redact import redact_text
 from .clear import run as run_clear
 from .common import FAILED, USAGE, CliError, one_line
 from .demo import run as run_demo
@@ -34,8 +43,53 @@ from .warm import run as run_warm
 __all__ = ["main"]
 
 
+class _UsageError(Exception):
+    """A command line argparse rejects: raised so that ``main`` prints it redacted."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors (which quote the arguments) ``main`` prints."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(self, message)
+
+
+class _RedactingFormatter(logging.Formatter):
+    """Log records as their message (as ``logging.lastResort`` prints them), redacted."""
+
+    def __init__(self, redact: Callable[[str], str]) -> None:
+        super().__init__("%(message)s")
+        self._redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redact(super().format(record))
+
+
+@contextlib.contextmanager
+def _redacted_logging(redact: Callable[[str], str]) -> Iterator[None]:
+    """Warnings logged without a configured handler go to stderr redacted.
+
+    Only ``logging.lastResort`` is replaced, for the duration: a program (or a
+    module ``warm`` imports) that configures logging keeps its own handlers.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_RedactingFormatter(redact))
+    previous = logging.lastResort
+    logging.lastResort = handler
+    try:
+        yield
+    finally:
+        logging.lastResort = previous
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="asyncache",
         description="Look at, prune, clear and warm asyncache stores.",
     )
@@ -80,23 +134,39 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``asyncache`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Every argument that may be a URL (or hold one: --store=URL): what is cut from messages.
+    urls = [arg for arg in argv if "://" in arg or "@" in arg]
+
+    def redact(text: str) -> str:
+        return redact_text(text, urls)
+
     parser = _parser()
-    # The demo has its own options (and --help): everything after "demo" is passed on.
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        if args.command != "demo":
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.demo_args = [*extra, *args.demo_args]
     try:
-        status: int = args.run(args)
-    except KeyboardInterrupt:
-        print("asyncache: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if args.traceback:
-            raise
-        print(f"asyncache: error: {one_line(exc)}", file=sys.stderr)
-        if isinstance(exc, CliError):
-            return exc.status
-        return USAGE if isinstance(exc, ConfigurationError) else FAILED
+        # The demo has its own options (and --help): everything after "demo" is passed on.
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            if args.command != "demo":
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            args.demo_args = [*extra, *args.demo_args]
+    except _UsageError as exc:
+        exc.parser.print_usage(sys.stderr)
+        print(f"{exc.parser.prog}: error: {redact(exc.message)}", file=sys.stderr)
+        return USAGE
+    # The demo is a program of its own, with its own logging.
+    logs = contextlib.nullcontext() if args.command == "demo" else _redacted_logging(redact)
+    with logs:
+        try:
+            status: int = args.run(args)
+        except KeyboardInterrupt:
+            print("asyncache: interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:
+            if args.traceback:
+                print(redact("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+                return FAILED
+            print(f"asyncache: error: {redact(one_line(exc))}", file=sys.stderr)
+            if isinstance(exc, CliError):
+                return exc.status
+            return USAGE if isinstance(exc, ConfigurationError) else FAILED
     return status

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
+from ..redact import redact_url
 from ..stores.protocol import DecisionStore
 from ..stores.registry import open_store
 
@@ -34,6 +35,7 @@ def load_rich() -> Any:
         import rich.console
         import rich.progress
         import rich.table
+        import rich.text
     except ImportError:
         raise CliError(
             "the asyncache command needs rich: pip install 'asyncache-ml[cli]'"
@@ -51,7 +53,7 @@ def open_url(url: str, *, must_exist: bool = True) -> DecisionStore:
 
             path, _ = parse_url(inner)
             if path != ":memory:" and not Path(path).exists():
-                raise CliError(f"{url}: no such file: {path}")
+                raise CliError(f"{redact_url(url)}: no such file: {path}")
     return open_store(url)
 
 

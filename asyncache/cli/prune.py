@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from ..redact import redact_url
 from .common import with_store
 
 __all__ = ["run"]
@@ -14,5 +15,5 @@ def run(args: argparse.Namespace) -> int:
     """Run ``asyncache prune``; returns the exit status."""
     dropped = int(asyncio.run(with_store(args.url, lambda store: store.prune())))
     note = " (Redis expires entries by itself)" if args.url.lower().startswith("redis") else ""
-    print(f"pruned {dropped:,} expired entries from {args.url}{note}")
+    print(f"pruned {dropped:,} expired entries from {redact_url(args.url)}{note}")
     return 0

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..redact import redact_url
 from ..stores.protocol import DecisionStore
 from .common import USAGE, CliError, load_rich, with_store
 
@@ -79,27 +80,51 @@ async def describe(store: DecisionStore) -> dict[str, Any]:
 
 
 def fetch_live(url: str) -> dict[str, Any]:
-    """The counters a live process serves as JSON (the middleware's stats endpoint)."""
-    import urllib.error  # here: only --live needs them
+    """The counters a live process serves as JSON (the middleware's stats endpoint).
+
+    A user and password in ``url`` are sent as HTTP basic authentication;
+    messages show the URL without them (``redact_url``).
+    """
+    import http.client  # here: only --live needs them
+    import urllib.error
     import urllib.request
 
+    shown = redact_url(url)
     if not url.startswith(("http://", "https://")):
-        raise CliError(f"--live needs an http:// or https:// URL, not {url!r}", USAGE)
+        raise CliError(f"--live needs an http:// or https:// URL, not {shown!r}", USAGE)
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(_live_request(url), timeout=10) as response:
             body = response.read()
     except urllib.error.HTTPError as exc:
-        raise CliError(f"{url} answered {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
+        raise CliError(f"{shown} answered {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise CliError(f"cannot reach {url}: {reason}") from None
+        raise CliError(f"cannot reach {shown}: {reason}") from None
     try:
         data = json.loads(body)
     except ValueError:
-        raise CliError(f"{url} did not answer JSON") from None
+        raise CliError(f"{shown} did not answer JSON") from None
     if not isinstance(data, dict):
-        raise CliError(f"{url} did not answer a JSON object")
+        raise CliError(f"{shown} did not answer a JSON object")
     return data
+
+
+def _live_request(url: str) -> Any:
+    """A GET of ``url``, its user information moved into an ``Authorization`` header."""
+    import base64
+    import urllib.request
+    from urllib.parse import unquote
+
+    scheme, _, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, hosts = authority.rpartition("@")
+    if not at:
+        return urllib.request.Request(url)
+    user, _, password = userinfo.partition(":")
+    credentials = f"{unquote(user)}:{unquote(password)}".encode()
+    request = urllib.request.Request(f"{scheme}://{hosts}{slash}{path}")
+    request.add_header("Authorization", "Basic " + base64.b64encode(credentials).decode("ascii"))
+    return request
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
     if "store" in report:
         console.print(_store_table(rich, args.url, report["store"]))
     if "live" in report:
-        table = rich.table.Table(title=args.live, title_justify="left")
+        title = rich.text.Text(redact_url(args.live))
+        table = rich.table.Table(title=title, title_justify="left", min_width=len(title))
         table.add_column("counter", style="bold")
         table.add_column("value", justify="right")
         for name, value in sorted(report["live"].items()):
@@ -137,7 +163,12 @@ def _store_table(rich: Any, title: str, info: dict[str, Any]) -> Any:
         "time": lambda t: show_time(t, now),
         "text": str,
     }
-    table = rich.table.Table(title=title, show_header=False, title_justify="left")
+    # A Text, not markup: a URL's "[...]" is not a style. Never its password; and
+    # wide enough for it on one line where the console is.
+    shown = rich.text.Text(redact_url(title))
+    table = rich.table.Table(
+        title=shown, show_header=False, title_justify="left", min_width=len(shown)
+    )
     table.add_column("", style="bold")
     table.add_column("", justify="right")
     for field, how, name in _ROWS:

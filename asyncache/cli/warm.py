@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..redact import redact_text
 from ..stores.memory import MemoryStore
 from .common import FAILED, USAGE, CliError, load_rich, open_url
 
@@ -65,13 +66,15 @@ def run(args: argparse.Namespace) -> int:
     function = load_function(args.function)
     rich: Any = None if args.json else load_rich()
     summary, seconds = asyncio.run(_warm(function, items, args, rich))
+    # A failure's message may quote the store URL: never its password.
+    errors = [redact_text(line, [args.store or ""]) for line in summary.errors]
     if rich is None:
         report = {
             "computed": summary.computed,
             "cached": summary.cached,
             "failed": summary.failed,
             "seconds": round(seconds, 3),
-            "errors": summary.errors,
+            "errors": errors,
         }
         print(json.dumps(report, indent=2))
     else:
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         )
         console = rich.console.Console()
         console.print(table)
-        for line in summary.errors:
+        for line in errors:
             console.print(f"failed: {line}", markup=False, highlight=False)
     return 0 if summary.failed == 0 else FAILED
 

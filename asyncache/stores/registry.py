@@ -97,22 +97,32 @@ def open_store(url: str) -> DecisionStore:
 
 
 def _split_l1_options(url: str) -> tuple[str, dict[str, str]]:
-    """Take the ``l1_*`` query options off a tiered URL; the rest stays with L2."""
-    from urllib.parse import parse_qsl, urlsplit  # here: it costs `import asyncache` 2 ms
+    """Take the ``l1_*`` query options off a tiered URL; the rest stays with L2 as written.
 
-    parts = urlsplit(url)
+    The query is split on ``&`` and only the ``l1_*`` items are decoded and
+    removed: the others reach L2 byte for byte, so that ``prefix=a%2Bb:``
+    means to a tier's L2 what it means to the same store opened alone.
+    """
+    from urllib.parse import unquote_plus  # here: it costs `import asyncache` 2 ms
+
+    base, question, rest = url.partition("?")
+    if not question:
+        return url, {}
+    query, hash_mark, fragment = rest.partition("#")
     l1: dict[str, str] = {}
-    rest: list[tuple[str, str]] = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+    kept: list[str] = []
+    for item in query.split("&"):
+        if not item:
+            continue
+        raw_name, _, raw_value = item.partition("=")
+        name = unquote_plus(raw_name)
         if name.startswith("l1_"):
-            l1[name[3:]] = value
+            l1[name[3:]] = unquote_plus(raw_value)
         else:
-            rest.append((name, value))
-    query = "&".join(f"{name}={value}" for name, value in rest)
-    # Slice rather than geturl(): geturl() drops an empty netloc, which turns
-    # sqlite:////abs/path into sqlite://abs/path (a host) and sqlite:///rel into sqlite:/rel.
-    base = url.partition("?")[0]
-    return (f"{base}?{query}" if query else base), l1
+            kept.append(item)
+    query = "&".join(kept)
+    tail = hash_mark + fragment
+    return (f"{base}?{query}{tail}" if query else f"{base}{tail}"), l1
 
 
 def _float_option(value: str | None, name: str) -> float | None:

@@ -2,7 +2,8 @@
 
 Hits on hot keys are answered from this process's memory without a thread hop
 or a network round trip; the shared store (L2) stays the one place where the
-first decision wins.
+first decision wins. An L2 that announces what it drops (``RedisStore``) has
+every tier in front of it drop its copies too.
 """
 
 from __future__ import annotations
@@ -38,10 +39,15 @@ class TieredStore:
     the winner is copied into L1. ``renew``, ``delete``, ``prune`` and
     ``clear`` go to both tiers.
 
-    Another process's ``clear``, ``delete`` or ``renew`` reaches this
-    process's L1 only when its copy expires, that is within ``l1_ttl`` seconds;
-    decisions themselves never change once stored, so a copy is never wrong,
-    only possibly kept that long after the shared store dropped it.
+    Another process's ``clear`` or ``delete`` drops entries from L2, and a
+    later miss may store a different decision there. An L2 with
+    ``subscribe_invalidations(callback)`` (``RedisStore``) announces what it
+    drops, to the tiers of every process: this one drops its copies as soon
+    as the announcement arrives, and does not copy what an L2 read returned
+    when an announcement came while the read was in flight. Over any other L2
+    (``SQLiteStore``) a copy outlives the entry it copied by up to ``l1_ttl``
+    seconds, and may in that time differ from what L2 now holds. Another
+    process's ``renew`` reaches L1 when the copy expires.
 
     Args:
         l1: the memory tier, owned by this store from now on.
@@ -61,6 +67,13 @@ class TieredStore:
         self.l1_hits = 0
         self.l2_hits = 0
         self.misses = 0
+        self.invalidations = 0
+        """Announcements heard (and local clears and deletes): an L2 read
+        that spans one is not copied into L1."""
+        subscribe = getattr(l2, "subscribe_invalidations", None)
+        self._unsubscribe: Callable[[], object] | None = (
+            subscribe(self._invalidated) if callable(subscribe) else None
+        )
 
     def __repr__(self) -> str:
         return f"TieredStore({self.l1!r}, {self.l2!r}, l1_ttl={self.l1_ttl!r})"
@@ -89,12 +102,14 @@ class TieredStore:
         if copy is not None:
             self.l1_hits += 1
             return copy.entry
+        seen = self.invalidations
         entry = await self.l2.get(key)
         if entry is None:
             self.misses += 1
             return None
         self.l2_hits += 1
-        self._keep(key, entry, time.time())
+        if self.invalidations == seen:
+            self._keep(key, entry, time.time())
         return entry
 
     async def get_many(self, keys: Sequence[bytes]) -> list[Entry | None]:
@@ -111,29 +126,36 @@ class TieredStore:
         self.l1_hits += len(keys) - len(missing)
         if not missing:
             return results
+        seen = self.invalidations
         entries = await self.l2.get_many([keys[i] for i in missing])
         now = time.time()
+        keep = self.invalidations == seen
         for i, entry in zip(missing, entries, strict=True):
             if entry is None:
                 self.misses += 1
             else:
                 self.l2_hits += 1
-                self._keep(keys[i], entry, now)
+                if keep:
+                    self._keep(keys[i], entry, now)
                 results[i] = entry
         return results
 
     async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
         """Add to L2, which decides the winner; copy the winner into L1."""
+        seen = self.invalidations
         winner = await self.l2.add(key, value, expires_at)
-        self._keep(key, winner, time.time())
+        if self.invalidations == seen:
+            self._keep(key, winner, time.time())
         return winner
 
     async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
         """``L2.add_many``; copy the winners into L1."""
+        seen = self.invalidations
         winners = await self.l2.add_many(items)
-        now = time.time()
-        for (key, _, _), winner in zip(items, winners, strict=True):
-            self._keep(key, winner, now)
+        if self.invalidations == seen:
+            now = time.time()
+            for (key, _, _), winner in zip(items, winners, strict=True):
+                self._keep(key, winner, now)
         return winners
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
@@ -149,10 +171,13 @@ class TieredStore:
 
     async def delete(self, key: bytes) -> None:
         """Drop ``key`` from both tiers (from L1 only when L2 cannot delete)."""
+        self.invalidations += 1
         self.l1.delete_now(key)
         delete = getattr(self.l2, "delete", None)
         if delete is not None:
             await delete(key)
+            self.invalidations += 1
+            self.l1.delete_now(key)
 
     async def prune(self) -> int:
         """Prune both tiers; return how many entries L2 dropped."""
@@ -164,12 +189,22 @@ class TieredStore:
         return await self.l2.count()
 
     async def clear(self) -> None:
-        """Clear both tiers (other processes' L1 copies expire within ``l1_ttl``)."""
+        """Clear both tiers; other processes' tiers drop their copies when L2 announces it.
+
+        Over an L2 that does not announce, their copies expire within ``l1_ttl``.
+        """
+        self.invalidations += 1
         await self.l1.clear()
         await self.l2.clear()
+        # Reads in flight during the clear may have copied what it dropped.
+        self.invalidations += 1
+        await self.l1.clear()
 
     async def aclose(self) -> None:
-        """Close both tiers; safe to call twice."""
+        """Stop hearing L2's announcements and close both tiers; safe to call twice."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
         await self.l1.aclose()
         await self.l2.aclose()
 
@@ -197,12 +232,25 @@ class TieredStore:
 
     def stats(self) -> dict[str, int]:
         """Hits per tier and misses, plus L2's own counters when it has them."""
-        stats = {"l1_hits": self.l1_hits, "l2_hits": self.l2_hits, "misses": self.misses}
+        stats = {
+            "l1_hits": self.l1_hits,
+            "l2_hits": self.l2_hits,
+            "misses": self.misses,
+            "invalidations": self.invalidations,
+        }
         l2_stats = getattr(self.l2, "stats", None)
         if callable(l2_stats):
             for name, value in l2_stats().items():
                 stats.setdefault(f"l2_{name}", value)
         return stats
+
+    async def _invalidated(self, key: bytes | None) -> None:
+        """L2 announced that ``key`` (``None``: every entry) was dropped: drop the copies."""
+        self.invalidations += 1
+        if key is None:
+            await self.l1.clear()
+        else:
+            self.l1.delete_now(key)
 
     def _keep(self, key: bytes, entry: Entry, now: float) -> None:
         """Copy ``entry`` into L1 until L2's expiry or ``l1_ttl``, whichever comes first."""

@@ -67,7 +67,7 @@ class StoreContract:
         assert await store.add(_key(1), b"forever", None) == Entry(b"forever", None)
         assert await store.get(_key(1)) == Entry(b"forever", None)
 
-    @pytest.mark.parametrize("far", [math.inf, 1e300, 1e17])
+    @pytest.mark.parametrize("far", [math.inf, 1e300, 1e17], ids=["inf", "1e300", "1e17"])
     async def test_an_expiry_past_the_stores_range_never_expires(
         self, store: DecisionStore, far: float
     ) -> None:

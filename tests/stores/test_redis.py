@@ -38,6 +38,7 @@ try:
     from redis.cluster import key_slot  # type: ignore[attr-defined]
 
     from asyncache.adapters.redis import RedisStore
+    from asyncache.adapters.redis.layout import MAX_EXPIRES_AT
 except ImportError:  # pragma: no cover - depends on the environment
     if IN_CI:
         raise
@@ -395,6 +396,34 @@ class TestLayout:
         assert await raw.exists(redis_prefix.encode() + key(1)) == 0
         await store.add(key(2), b"live", None)
         assert await store.add(key(2), b"late", past) == Entry(b"live", None)
+
+    @pytest.mark.parametrize("far", [math.inf, 1e300, 1e17])
+    async def test_infinite_and_huge_expiries_are_no_expiry_or_clamped(
+        self, store: RedisStore, raw: Redis, redis_prefix: str, far: float
+    ) -> None:
+        # inf is no expiry; past Redis's range (2**63 ms), an expiry is clamped.
+        kept = None if far == math.inf else MAX_EXPIRES_AT
+        names = [redis_prefix.encode() + key(n) for n in range(4)]
+        assert await store.add(key(0), b"one", far) == Entry(b"one", kept)
+        assert await store.add(key(0), b"loser", far) == Entry(b"one", kept)
+        assert await store.add_many([(key(1), b"two", far), (key(2), b"three", far)]) == [
+            Entry(b"two", kept),
+            Entry(b"three", kept),
+        ]
+        assert await store.get_many([key(0), key(1), key(2)]) == [
+            Entry(b"one", kept),
+            Entry(b"two", kept),
+            Entry(b"three", kept),
+        ]
+        await store.add(key(3), b"renewed", time.time() + 60)
+        assert await store.renew(key(3), far)
+        assert await store.get(key(3)) == Entry(b"renewed", kept)
+        for name in names:
+            if kept is None:
+                assert await raw.pttl(name) == -1
+            else:
+                assert await pexpiretime(raw, name) == math.ceil(MAX_EXPIRES_AT * 1000)
+        assert await raw.get(names[0]) == stored_bytes(b"one", kept)
 
     async def test_add_many_is_one_pipeline_and_first_wins_within_it(
         self, store: RedisStore
@@ -887,6 +916,31 @@ class TestThroughTheEngine:
         assert stats["errors"] > 0
         assert stats["hits"] > 0
         assert calls < done  # the cache answered most of them, before and after the outage
+
+    async def test_a_ttl_past_redis_range_is_stored_and_never_cools_the_store(
+        self, redis_url: str, redis_prefix: str
+    ) -> None:
+        cache = DecisionCache(
+            RedisStore.from_url(redis_url, prefix=redis_prefix), ttl=1e300, failure_threshold=3
+        )
+        calls = 0
+
+        @cached_prediction(cache, namespace="far")
+        async def predict(x: int) -> dict[str, int]:
+            nonlocal calls
+            calls += 1
+            return await _doubled(x)
+
+        try:
+            for x in range(12):
+                assert await predict(x) == {"label": x * 2, "x": x}
+            for x in range(12):
+                assert await predict(x) == {"label": x * 2, "x": x}
+            assert calls == 12
+            stats = cache.stats()
+            assert (stats["errors"], stats["hits"]) == (0, 12)
+        finally:
+            await cache.aclose()
 
     async def test_with_a_secret_an_unsigned_value_is_a_miss(
         self, redis_url: str, redis_prefix: str

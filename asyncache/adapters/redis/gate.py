@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 
 from ...errors import ConfigurationError, StoreError
 
-__all__ = ["Gate", "store_error"]
+__all__ = ["Gate", "check_limit", "store_error"]
 
 
 class Gate:
@@ -33,8 +33,7 @@ class Gate:
         timeout: float | None,
         prepare: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
-        if limit is not None and limit <= 0:
-            raise ConfigurationError(f"max_in_flight must be positive or None, got {limit!r}")
+        check_limit(limit)
         self.limit = limit
         self.timeout = timeout
         self.busy = 0
@@ -112,6 +111,12 @@ class Gate:
         self.leave()
         if isinstance(exc, RedisError | OSError):
             raise store_error(exc) from exc
+
+
+def check_limit(limit: int | None) -> None:
+    """Raise ``ConfigurationError`` unless ``limit`` is positive or ``None``."""
+    if limit is not None and limit <= 0:
+        raise ConfigurationError(f"max_in_flight must be positive or None, got {limit!r}")
 
 
 def store_error(exc: BaseException) -> StoreError:

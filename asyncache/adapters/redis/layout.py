@@ -5,6 +5,8 @@
     <prefix><key>           a decision: a 9-byte header, then the value
     <prefix>lease:<key>     a lease token (``acquire_lease``)
     <prefix>lease:released  the pub/sub channel a released lease is announced on
+    <prefix>invalidated     the pub/sub channel ``clear`` (empty message) and
+                            ``delete`` (the key) are announced on
 
 The header is a tag byte and the expiry as a big-endian IEEE double (Unix
 seconds; the tag says whether there is one). A value that does not start with
@@ -23,10 +25,13 @@ __all__ = [
     "EXPIRES",
     "HEADER",
     "HEADER_SIZE",
+    "INVALIDATED",
     "LEASE",
+    "MAX_EXPIRES_AT",
     "NO_EXPIRY",
     "NO_EXPIRY_HEADER",
     "RELEASED",
+    "expiry",
     "glob_escape",
     "pack",
     "pxat",
@@ -45,6 +50,22 @@ LEASE = b"lease:"
 """After the prefix: the lease keys."""
 RELEASED = b"lease:released"
 """After the prefix: the channel released leases are announced on."""
+INVALIDATED = b"invalidated"
+"""After the prefix: the channel dropped entries are announced on (empty: all of them)."""
+
+MAX_EXPIRES_AT = 9.2e15
+"""The latest expiry stored (Unix seconds, some 290 million years away).
+
+Redis takes ``PXAT`` milliseconds up to 2**63 - 1 (about 9.22e15 seconds);
+later expiries are clamped to this one, which is safely inside that range.
+"""
+
+
+def expiry(expires_at: float | None) -> float | None:
+    """``expires_at`` as stored: ``inf`` is ``None`` (none); past ``MAX_EXPIRES_AT``, clamped."""
+    if expires_at is not None and expires_at > MAX_EXPIRES_AT:
+        return None if expires_at == math.inf else MAX_EXPIRES_AT
+    return expires_at
 
 
 def pack(value: bytes, expires_at: float | None) -> bytes:

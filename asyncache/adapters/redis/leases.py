@@ -2,9 +2,9 @@
 
 A lease is ``SET <prefix>lease:<key> token NX PX ms``; releasing it is a
 compare-and-delete script that also publishes the key on
-``<prefix>lease:released``. Waiters are woken by that message through one
-subscription per store, and poll with backoff too, for a lost message or a
-listener that is down.
+``<prefix>lease:released``. Waiters are woken by that message through the
+store's subscription on their event loop (``channels.Listener``), and poll with
+backoff too, for a lost message or a listener that is down.
 """
 
 from __future__ import annotations
@@ -16,10 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.asyncio.client import PubSub
-from redis.exceptions import RedisError
-
-from ...errors import StoreError
 from ...stores.protocol import Entry
 from .gate import Gate
 from .layout import LEASE, RELEASED, unpack
@@ -33,17 +29,25 @@ _POLL_MAX = 0.25
 
 
 class LeaseKeys:
-    """The ``LeaseStore`` capability of one RedisStore: its lease keys and their channel.
+    """The ``LeaseStore`` capability of one RedisStore on one event loop.
 
     Args:
-        client: the store's client.
-        gate: the store's gate; every command goes through it.
+        client: the client of that loop.
+        gate: its gate; every command goes through it.
         prefix: the store's prefix.
         pipeline: makes a non-transactional pipeline on ``client``.
+        listen: starts the loop's subscription (which calls ``wake``).
+        counters: the store's counters; ``lease_notifications`` counts here.
     """
 
     def __init__(
-        self, client: Client, gate: Gate, prefix: bytes, pipeline: Callable[[], Any]
+        self,
+        client: Client,
+        gate: Gate,
+        prefix: bytes,
+        pipeline: Callable[[], Any],
+        listen: Callable[[], None],
+        counters: dict[str, int],
     ) -> None:
         self.client = client
         self.gate = gate
@@ -51,13 +55,12 @@ class LeaseKeys:
         self.lease_prefix = prefix + LEASE
         self.channel = prefix + RELEASED
         self.pipeline = pipeline
+        self.listen = listen
+        self.counters = counters
         self.release_script = client.register_script(RELEASE)
         self.waiters: dict[bytes, set[asyncio.Event]] = {}
         """The events of the callers waiting on each key."""
-        self.notified = 0
-        """Releases announced to a waiter of this store."""
         self.closed = False
-        self._listener: asyncio.Task[None] | None = None
 
     async def acquire(self, key: bytes, token: bytes, ttl: float) -> bool:
         """Take the lease on ``key`` for ``ttl`` seconds unless another holds it."""
@@ -85,7 +88,7 @@ class LeaseKeys:
         event = asyncio.Event()
         # Registered before the first look, so a release in between is not lost.
         self.waiters.setdefault(key, set()).add(event)
-        self._ensure_listener()
+        self.listen()
         delay = _POLL_FIRST
         try:
             while not self.closed:
@@ -122,57 +125,17 @@ class LeaseKeys:
         """How many callers wait for an entry."""
         return sum(len(events) for events in self.waiters.values())
 
-    async def aclose(self) -> None:
-        """Stop listening and wake every waiter (they return ``None``); idempotent."""
-        self.closed = True
-        listener, self._listener = self._listener, None
-        # redis-py can swallow a cancellation that lands inside SUBSCRIBE (8.1 does,
-        # when the connection is being made): cancel again until it takes.
-        while listener is not None and not listener.done():
-            listener.cancel()
-            await asyncio.wait({listener}, timeout=0.1)
-        if listener is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
-        for events in self.waiters.values():
+    async def wake(self, key: bytes) -> None:
+        """A release of ``key`` was announced: its waiters look again."""
+        events = self.waiters.get(key)
+        if events:
+            self.counters["lease_notifications"] += 1
             for event in events:
                 event.set()
 
-    def _ensure_listener(self) -> None:
-        if self._listener is None and not self.closed:
-            self._listener = asyncio.get_running_loop().create_task(
-                self._listen(), name=f"asyncache-redis-leases-{self.prefix!r}"
-            )
-
-    async def _listen(self) -> None:
-        """Wake the waiters of each key a released lease announces, for the store's life."""
-        delay = _POLL_FIRST
-        while not self.closed:
-            pubsub: PubSub | None = None
-            try:
-                await self.gate.ensure_ready()
-                pubsub = self.client.pubsub()
-                await pubsub.subscribe(self.channel)
-                delay = _POLL_FIRST
-                await self._relay(pubsub)
-            except (RedisError, OSError, StoreError):
-                pass  # waiters keep polling meanwhile; subscribe again after a backoff
-            finally:
-                if pubsub is not None:
-                    with contextlib.suppress(RedisError, OSError):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-    async def _relay(self, pubsub: PubSub) -> None:
-        while not self.closed:
-            # A bounded wait, not timeout=None: older redis-py applies
-            # socket_timeout to a blocking read and would drop the subscription.
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=30.0)
-            if message is None or message.get("type") != "message":
-                continue
-            events = self.waiters.get(message["data"])
-            if events:
-                self.notified += 1
-                for event in events:
-                    event.set()
+    def close(self) -> None:
+        """Wake every waiter (they return ``None``); idempotent."""
+        self.closed = True
+        for events in self.waiters.values():
+            for event in events:
+                event.set()

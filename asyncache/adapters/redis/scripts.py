@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["RELEASE", "RENEW", "REPLACE"]
+__all__ = ["DELETE", "RELEASE", "RENEW", "REPLACE"]
 
 RENEW = """
 local head = redis.call('GETRANGE', KEYS[1], 0, 8)
@@ -50,4 +50,13 @@ return 1
 """Compare-and-delete a lease, then tell waiters to look again.
 
 ARGV: the holder's token, the channel, the key to announce.
+"""
+
+DELETE = """
+if redis.call('UNLINK', KEYS[1]) == 1 then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
+return 1
+"""
+"""Drop an entry and, when there was one, tell other tiers to drop their copies.
+
+ARGV: the invalidation channel, the key to announce.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -12,12 +13,13 @@ from redis.exceptions import RedisError
 
 from ...errors import ConfigurationError
 from ...stores.protocol import Entry
-from .gate import Gate, store_error
-from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, pack, pxat, unpack
-from .leases import LeaseKeys
+from .channels import Invalidated, Invalidations
+from .gate import store_error
+from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pxat, unpack
+from .loops import Bound, Loops, Settings
 from .scan import count_entries, describe_prefix, unlink_all
-from .scripts import RENEW, REPLACE
 from .url import DEFAULT_PREFIX, Client, connect
+from .writes import Writes
 
 __all__ = ["RedisStore"]
 
@@ -30,17 +32,32 @@ class RedisStore:
     with another (``app:`` would own the keys of ``app:v2:``). A hit is one
     ``GET``, a batch one ``MGET`` (one per hash slot on a cluster), an ``add``
     one ``SET NX GET``. Needs Redis 7.0 or newer. Redis errors are raised as
-    ``StoreError``.
+    ``StoreError``. No expiry is ``None`` or ``inf``; an expiry past Redis's
+    range (2**63 ms) is clamped to ``MAX_EXPIRES_AT`` (9.2e15 s).
 
     Args:
         client: a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``
-            with ``decode_responses=False``. ``from_url`` builds one with
-            timeouts, a bounded pool and retries.
+            with ``decode_responses=False``, or a function that makes one.
+            ``from_url`` builds one with timeouts, a bounded pool and retries.
         prefix: what every key starts with; not empty.
         max_in_flight: most commands at once (callers beyond wait for a slot,
             up to ``pool_timeout`` seconds); ``None`` leaves it to the client.
         pool_timeout: seconds to wait for a slot; ``None`` waits as long as it takes.
-        close_client: ``aclose()`` also closes ``client`` (``from_url`` sets it).
+        close_client: ``aclose()`` also closes ``client``.
+
+    A redis-py client works on the one event loop its connections were made
+    on, so the store keeps a client per running loop: the first loop that
+    uses it gets ``client``; each other one (a second ``asyncio.run()``, a
+    thread's own loop) gets a client of its own, which the store owns: made by
+    ``client`` when that is a function (``from_url`` passes one), else a copy
+    of a ``Redis`` client's pool settings (a ``RedisCluster`` cannot be
+    copied: pass a function). A loop's client closes when ``asyncio.run`` (or
+    ``asyncio.Runner``) ends that loop, and when the store closes. After
+    ``aclose()`` every call raises ``StoreError``.
+
+    ``subscribe_invalidations`` lets a ``TieredStore`` in front of this one
+    (in any process) drop its memory copies when ``clear`` or ``delete`` drops
+    entries here.
 
     ``enforces_timeouts`` is ``False``: the engine times each call with its
     ``store_timeout``. The store's own socket, connect and pool timeouts, with
@@ -54,7 +71,7 @@ class RedisStore:
 
     def __init__(
         self,
-        client: Client,
+        client: Client | Callable[[], Client],
         *,
         prefix: str | bytes = DEFAULT_PREFIX,
         max_in_flight: int | None = None,
@@ -66,26 +83,19 @@ class RedisStore:
             raise ConfigurationError(
                 "RedisStore prefix must not be empty: clear() would drop every key in the database"
             )
-        if client.get_encoder().decode_responses:
-            raise ConfigurationError("RedisStore needs a client with decode_responses=False")
-        self.client = client
         self.prefix = raw_prefix
-        self.cluster = isinstance(client, RedisCluster)
-        self._close_client = close_client
+        self._invalidations = Invalidations(raw_prefix)
+        self._counters = {"lease_notifications": 0}
+        settings = Settings(
+            raw_prefix, max_in_flight, pool_timeout, self._invalidations, self._counters
+        )
+        self._loops = Loops(client, close_client, settings)
+        self.cluster = isinstance(self._loops.first, RedisCluster)
         self.enforces_timeouts = False
         """Every call ends within the store's own timeouts (see ``DecisionStore``)."""
-        prepare = client.initialize if isinstance(client, RedisCluster) else None
-        self._gate = Gate(max_in_flight, pool_timeout, prepare)
-        self._execute: Callable[..., Any] = client.execute_command
-        self._renew_script = client.register_script(RENEW)
-        self._replace_script = client.register_script(REPLACE)
-        self._leases = LeaseKeys(client, self._gate, raw_prefix, self._pipeline)
-        self._closed = False
+        self._writes = Writes(raw_prefix)
         self._reads = 0
         self._hits = 0
-        self._writes = 0
-        self._conflicts = 0
-        self._replaced = 0
 
     @classmethod
     def from_url(
@@ -128,34 +138,43 @@ class RedisStore:
         Raises:
             ConfigurationError: the URL or an option is invalid.
         """
-        connected = connect(
-            url,
-            {
-                "prefix": prefix,
-                "socket_timeout": socket_timeout,
-                "socket_connect_timeout": socket_connect_timeout,
-                "max_connections": max_connections,
-                "retries": retries,
-                **options,
-            },
-        )
+        settings = {
+            "prefix": prefix,
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+            "max_connections": max_connections,
+            "retries": retries,
+            **options,
+        }
+        connected = connect(url, settings)
+        made = [connected.client]
+
+        def make_client() -> Client:
+            # The first loop gets the client made here; each other loop a new one.
+            return made.pop() if made else connect(url, settings).client
+
         return cls(
-            connected.client,
+            make_client,
             prefix=connected.prefix,
             max_in_flight=connected.max_connections,
             pool_timeout=connected.pool_timeout,
-            close_client=True,
         )
 
     @property
+    def client(self) -> Client:
+        """The running event loop's client (outside one: the client the store was given)."""
+        bound = self._loops.running()
+        return self._loops.first if bound is None else bound.client
+
+    @property
     def max_in_flight(self) -> int | None:
-        """Most commands at once; ``None`` when the client alone bounds them."""
-        return self._gate.limit
+        """Most commands at once (per event loop); ``None`` when the client alone bounds them."""
+        return self._loops.settings.max_in_flight
 
     @property
     def pool_timeout(self) -> float | None:
         """Seconds a command waits for a slot; ``None`` to wait as long as it takes."""
-        return self._gate.timeout
+        return self._loops.settings.pool_timeout
 
     def __repr__(self) -> str:
         kind = "cluster" if self.cluster else "redis"
@@ -171,12 +190,15 @@ class RedisStore:
 
     async def get(self, key: bytes) -> Entry | None:
         """Return the live entry under ``key``, or ``None``; one ``GET``."""
-        # The hot path: the gate's free path and the error mapping inline.
-        gate = self._gate
+        # The hot path: the loop check, the gate's free path and the error mapping inline.
+        bound = self._loops.last
+        if bound is None or bound.loop is not asyncio.get_running_loop():
+            bound = await self._loops.bind()
+        gate = bound.gate
         if not gate.enter_now():
             await gate.wait()
         try:
-            raw = await self._execute("GET", self.prefix + key)
+            raw = await bound.execute("GET", self.prefix + key)
         except (RedisError, OSError) as exc:
             raise store_error(exc) from exc
         finally:
@@ -195,11 +217,12 @@ class RedisStore:
             return []
         prefix = self.prefix
         names = [prefix + key for key in keys]
-        async with self._gate:
-            if self.cluster:
-                raws = await self.client.mget_nonatomic(names)  # type: ignore[union-attr]
+        bound = await self._bound()
+        async with bound.gate:
+            if isinstance(bound.client, RedisCluster):
+                raws = await bound.client.mget_nonatomic(names)
             else:
-                raws = await self._execute("MGET", *names)
+                raws = await bound.execute("MGET", *names)
         now = time.time()
         entries = [None if raw is None else unpack(raw, now) for raw in raws]
         self._reads += len(keys)
@@ -208,64 +231,32 @@ class RedisStore:
 
     async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
         """Store ``value`` unless a live entry exists; return the winner. One round trip."""
-        name = self.prefix + key
-        async with self._gate:
-            if expires_at is None:
-                old = await self._execute(
-                    "SET", name, NO_EXPIRY_HEADER + value, "NX", "GET", get=True
-                )
-            elif expires_at > time.time():
-                stored = HEADER.pack(EXPIRES, expires_at) + value
-                old = await self._execute(
-                    "SET", name, stored, "NX", "PXAT", pxat(expires_at), "GET", get=True
-                )
-            else:
-                # Already expired: nothing to store, but a live entry there still wins.
-                old = await self._execute("GET", name)
-        self._writes += 1
-        return await self._settle(name, value, expires_at, old)
+        return await self._writes.add(await self._bound(), key, value, expires_at)
 
     async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
         """``add`` for each item, in order, in one pipeline; return the winners."""
         if not items:
             return []
-        now = time.time()
-        pipe = self._pipeline()
-        prefix = self.prefix
-        for key, value, expires_at in items:
-            name = prefix + key
-            if expires_at is None:
-                pipe.execute_command("SET", name, NO_EXPIRY_HEADER + value, "NX", "GET", get=True)
-            elif expires_at > now:
-                stored = HEADER.pack(EXPIRES, expires_at) + value
-                pipe.execute_command(
-                    "SET", name, stored, "NX", "PXAT", pxat(expires_at), "GET", get=True
-                )
-            else:
-                pipe.execute_command("GET", name)
-        async with self._gate:
-            olds = await pipe.execute()
-        self._writes += len(items)
-        return [
-            await self._settle(prefix + key, value, expires_at, old)
-            for (key, value, expires_at), old in zip(items, olds, strict=True)
-        ]
+        return await self._writes.add_many(await self._bound(), items)
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Move a live entry's expiry (header and Redis's own); ``False`` when there is none."""
+        expires_at = expiry(expires_at)
         if expires_at is None:
             args: list[bytes | int] = [NO_EXPIRY_HEADER, b""]
         else:
             args = [HEADER.pack(EXPIRES, expires_at), pxat(expires_at)]
         args.append(math.floor(time.time() * 1000))
-        async with self._gate:
-            renewed = await self._renew_script(keys=[self.prefix + key], args=args)
+        bound = await self._bound()
+        async with bound.gate:
+            renewed = await bound.renew(keys=[self.prefix + key], args=args)
         return bool(renewed)
 
     async def delete(self, key: bytes) -> None:
-        """Drop the entry under ``key`` if there is one."""
-        async with self._gate:
-            await self._execute("UNLINK", self.prefix + key)
+        """Drop the entry under ``key`` if there is one, and announce it to memory tiers."""
+        bound = await self._bound()
+        async with bound.gate:
+            await bound.delete(keys=[self.prefix + key], args=[bound.invalidated, key])
 
     async def prune(self) -> int:
         """Nothing to do: Redis expires keys itself. Returns 0."""
@@ -276,38 +267,55 @@ class RedisStore:
 
         A ``SCAN``, so O(keys in the database): for tools, not hot paths.
         """
-        async with self._gate:
-            return await count_entries(self.client, self.prefix)
+        bound = await self._bound()
+        async with bound.gate:
+            return await count_entries(bound.client, self.prefix)
 
     async def clear(self) -> None:
         """Drop every key under this prefix (entries and leases), and nothing else.
 
         ``SCAN MATCH prefix*`` (every primary of a cluster) and ``UNLINK`` in
-        chunks; never ``FLUSHDB``.
+        chunks; never ``FLUSHDB``. Then ``PUBLISH`` on ``<prefix>invalidated``,
+        so that memory tiers in front of this prefix drop their copies.
         """
-        async with self._gate:
-            await unlink_all(self.client, self.prefix)
+        bound = await self._bound()
+        async with bound.gate:
+            await unlink_all(bound.client, self.prefix)
+            await bound.execute("PUBLISH", bound.invalidated, b"")
+
+    def subscribe_invalidations(self, callback: Invalidated) -> Callable[[], None]:
+        """Have ``callback(key)`` awaited when entries here are dropped, by any process.
+
+        ``key`` is the entry's key (a ``delete``, or an eviction the server
+        announces), or ``None`` for every entry: a ``clear``, and whenever
+        announcements may have been missed (each time the subscription is made
+        or lost). Heard through one pub/sub subscription per event loop,
+        started when a loop first uses the store. Returns a function that
+        unsubscribes. ``TieredStore`` subscribes its L1.
+        """
+        unsubscribe = self._invalidations.subscribe(callback)
+        bound = self._loops.running()
+        if bound is not None:
+            bound.listener.ensure()
+        return unsubscribe
 
     async def aclose(self) -> None:
-        """Stop the lease listener, and close the client when the store owns it; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        await self._leases.aclose()
-        if self._close_client:
-            await self.client.aclose()
+        """Stop listening, and close the clients the store owns; idempotent."""
+        await self._loops.aclose()
 
     def stats(self) -> dict[str, int]:
         """Counters since the store opened: keys read, hits, writes, conflicts and more."""
+        bounds = self._loops.all()
         return {
             "reads": self._reads,
             "hits": self._hits,
-            "writes": self._writes,
-            "conflicts": self._conflicts,
-            "stale_replaced": self._replaced,
-            "in_flight": self._gate.busy,
-            "lease_notifications": self._leases.notified,
-            "lease_waiters": self._leases.waiting(),
+            "writes": self._writes.writes,
+            "conflicts": self._writes.conflicts,
+            "stale_replaced": self._writes.replaced,
+            "in_flight": sum(bound.gate.busy for bound in bounds),
+            "lease_notifications": self._counters["lease_notifications"],
+            "lease_waiters": sum(bound.leases.waiting() for bound in bounds),
+            "invalidations": self._invalidations.heard,
         }
 
     async def describe(self) -> dict[str, Any]:
@@ -323,8 +331,9 @@ class RedisStore:
         Raises:
             StoreError: Redis failed.
         """
-        async with self._gate:
-            facts = await describe_prefix(self.client, self.prefix, self._pipeline)
+        bound = await self._bound()
+        async with bound.gate:
+            facts = await describe_prefix(bound.client, self.prefix, bound.pipeline)
         return {
             "kind": "cluster" if self.cluster else "redis",
             "prefix": self.prefix.decode(errors="backslashreplace"),
@@ -339,14 +348,14 @@ class RedisStore:
 
         ``SET <prefix>lease:<key> token NX PX ms``.
         """
-        return await self._leases.acquire(key, token, ttl)
+        return await (await self._bound()).leases.acquire(key, token, ttl)
 
     async def release_lease(self, key: bytes, token: bytes) -> None:
         """Drop the lease if ``token`` still holds it, and wake whoever waits on ``key``.
 
         Compare-and-delete in a script, then ``PUBLISH`` the key.
         """
-        await self._leases.release(key, token)
+        await (await self._bound()).leases.release(key, token)
 
     async def wait_for_entry(self, key: bytes, timeout: float) -> Entry | None:  # noqa: ASYNC109
         """Wait up to ``timeout`` seconds for an entry under ``key`` to appear.
@@ -357,49 +366,13 @@ class RedisStore:
         an entry nor a lease (the holder gave up, died, or its lease expired):
         nobody is computing ``key`` then, and the caller should.
         """
-        return await self._leases.wait_for_entry(key, timeout)
+        return await (await self._bound()).leases.wait_for_entry(key, timeout)
 
     # -- internals ----------------------------------------------------------
 
-    def _pipeline(self) -> Any:
-        if self.cluster:
-            return self.client.pipeline()
-        return self.client.pipeline(transaction=False)
-
-    async def _settle(
-        self, name: bytes, value: bytes, expires_at: float | None, old: bytes | None
-    ) -> Entry:
-        """The winner of an ``add`` that found ``old`` under ``name``."""
-        if old is None:
-            return Entry(value, expires_at)
-        now = time.time()
-        existing = unpack(old, now)
-        if existing is not None:
-            self._conflicts += 1
-            return existing
-        if expires_at is not None and expires_at <= now:
-            return Entry(value, expires_at)
-        return await self._replace_stale(name, old, value, expires_at)
-
-    async def _replace_stale(
-        self, name: bytes, old: bytes, value: bytes, expires_at: float | None
-    ) -> Entry:
-        """Store over an entry that expired by this clock but not yet by Redis's.
-
-        Happens only when this host's clock runs ahead of the server's. A
-        compare-and-set, so an entry another writer stored meanwhile still wins.
-        """
-        stored = pack(value, expires_at)
-        expiry_ms: bytes | int = b"" if expires_at is None else pxat(expires_at)
-        for _ in range(3):
-            async with self._gate:
-                current = await self._replace_script(keys=[name], args=[old, stored, expiry_ms])
-            if current is None:
-                self._replaced += 1
-                return Entry(value, expires_at)
-            existing = unpack(current, time.time())
-            if existing is not None:
-                self._conflicts += 1
-                return existing
-            old = current
-        return Entry(value, expires_at)
+    async def _bound(self) -> Bound:
+        """What the running event loop uses: its client, gate, scripts and leases."""
+        bound = self._loops.last
+        if bound is not None and bound.loop is asyncio.get_running_loop():
+            return bound
+        return await self._loops.bind()

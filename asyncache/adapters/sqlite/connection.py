@@ -1,36 +1,58 @@
-"""One SQLite store's connection: opened on first use, shared, closed once.
+"""One SQLite store's connections: opened on first use, shared, reopened, closed once.
 
-The connection belongs to the event loop that opened it. Opening runs as a
+Two connections to the file: writes go through one, reads through the other.
+In WAL mode a read never waits for a writer, so a write that waits (up to
+``busy_timeout``) for another process's lock holds up no read queued behind it:
+hits go on while another process holds the write lock. (``":memory:"`` has one
+connection; a second would be another database.)
+
+The connections belong to the event loop that opened them. Opening runs as a
 task of its own, shielded, so that a caller that gives up does not cancel it
 for the others; the tasks the store starts (hand-offs to gathering followers,
-the background prune) are owned here and awaited on ``aclose``.
+the background prune, closing connections it replaced) are owned here and
+awaited on ``aclose``.
+
+The file is watched: before each write, at most once a second before reads,
+and after a failed statement, the device and inode the path names are
+compared with those of the file opened. When the file was deleted or replaced
+(a person cleared the cache, a deploy put a fresh file in place), the store
+opens the path again rather than go on alone with a file nobody else sees.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import sqlite3
-from collections.abc import Callable, Coroutine, Sequence
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import aiosqlite
 
 from ...errors import StoreError
-from .schema import open_database
+from . import threads
+from .schema import MEMORY, file_identity, open_database, open_reader
 
-__all__ = ["Database"]
+__all__ = ["CHECK_EVERY", "Database"]
+
+logger = logging.getLogger("asyncache.sqlite")
 
 ResultT = TypeVar("ResultT")
 
+CHECK_EVERY = 1.0
+"""Seconds between checks, on the read path, that the path still names the file opened."""
+
 
 class Database:
-    """The connection to one store's file, and the tasks that use it.
+    """The connections to one store's file, and the tasks that use them.
 
     Args:
         path: the database file, or ``":memory:"``.
         busy_timeout: seconds a statement waits for another process's lock.
         synchronous: ``"NORMAL"`` or ``"FULL"``.
-        opened: called once the connection is open (to start background work).
+        opened: called once the file is first open (to start background work).
     """
 
     def __init__(
@@ -45,15 +67,24 @@ class Database:
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
         self.connection: aiosqlite.Connection | None = None
-        """The open connection, or ``None`` before the first use and after ``aclose``."""
+        """The connection writes go through, or ``None`` while none is open."""
+        self.reader: aiosqlite.Connection | None = None
+        """The connection reads go through (``connection`` itself for ``":memory:"``)."""
         self.closed = False
+        self.reopened = 0
+        """Times the file was found deleted or replaced, and the path opened again."""
+        self._identity: tuple[int, int] | None = None  # device and inode of the file open
+        self._check_due = 0.0  # time.monotonic() of the read path's next check
         self._on_open = opened
+        self._started = False  # whether the file was ever open (``opened`` was called)
         self._opening: asyncio.Task[aiosqlite.Connection] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._daemons: set[asyncio.Task[Any]] = set()
 
     async def connect(self) -> aiosqlite.Connection:
-        """The connection, opened by the first caller; the others wait for it.
+        """The write connection, opened (with the read one) by the first caller.
+
+        The others wait for it.
 
         Raises:
             StoreError: the store is closed, or the file cannot be opened.
@@ -70,22 +101,89 @@ class Database:
         # Shielded: a caller that gives up must not cancel the opening for the others.
         return await asyncio.shield(task)
 
+    def ready_reader(self) -> aiosqlite.Connection | None:
+        """The read connection if one is open, the file checked at most once a second."""
+        if self._identity is not None and time.monotonic() >= self._check_due:
+            self.check_file()
+        return self.reader
+
+    async def read_connection(self) -> aiosqlite.Connection:
+        """The read connection, opened with the write one if need be.
+
+        Raises:
+            StoreError: the store is closed, or the file cannot be opened.
+        """
+        db = self.ready_reader()
+        if db is None:
+            await self.connect()
+            db = self.reader
+            if db is None:  # closed while opening
+                raise self.closed_error()
+        return db
+
+    async def write_connection(self) -> aiosqlite.Connection:
+        """The write connection, after checking that the path still names the file.
+
+        Raises:
+            StoreError: the store is closed, or the file cannot be opened.
+        """
+        if self._identity is not None:
+            self.check_file()
+        return self.connection or await self.connect()
+
     async def execute(self, statement: str, params: Sequence[object]) -> list[Any]:
-        """Run one statement (its own transaction); return its rows.
+        """Run one statement that writes (its own transaction); return its rows.
 
         Raises:
             StoreError: the statement failed, or the store is closed.
         """
-        db = self.connection or await self.connect()
+        db = await self.write_connection()
         try:
             rows: Any = await db.execute_fetchall(statement, params)
         except (sqlite3.Error, ValueError) as exc:
-            raise self.error(exc) from exc
+            return await self.again(exc, self.write_connection, statement, params)
+        return rows  # type: ignore[no-any-return]
+
+    async def read(self, statement: str, params: Sequence[object]) -> list[Any]:
+        """Run one statement that only reads, on the read connection; return its rows.
+
+        Raises:
+            StoreError: the statement failed, or the store is closed.
+        """
+        db = self.ready_reader() or await self.read_connection()
+        try:
+            rows: Any = await db.execute_fetchall(statement, params)
+        except (sqlite3.Error, ValueError) as exc:
+            return await self.again(exc, self.read_connection, statement, params)
+        return rows  # type: ignore[no-any-return]
+
+    async def again(
+        self,
+        exc: Exception,
+        connection: Callable[[], Awaitable[aiosqlite.Connection]],
+        statement: str,
+        params: Sequence[object],
+    ) -> list[Any]:
+        """After ``statement`` failed with ``exc``: once more if the file was replaced.
+
+        A connection to a file deleted under it may fail (SQLite reports an I/O
+        error); the path's file then gets the statement. Otherwise ``exc`` stands.
+
+        Raises:
+            StoreError: the statement failed (again), or the store is closed.
+        """
+        if self.closed or self._identity is None or self.check_file():
+            raise StoreError(self._message(exc)) from exc
+        db = await connection()
+        try:
+            rows: Any = await db.execute_fetchall(statement, params)
+        except (sqlite3.Error, ValueError) as retried:
+            raise self.error(retried) from retried
         return rows  # type: ignore[no-any-return]
 
     async def vacuum(self) -> None:
         """Give free pages back to the file system (the file has auto_vacuum=INCREMENTAL)."""
-        db = self.connection or await self.connect()
+        db = await self.write_connection()
         try:
             # executescript, because execute() steps a statement without columns only
             # once, and each step of incremental_vacuum frees one page.
@@ -93,10 +191,38 @@ class Database:
         except (sqlite3.Error, ValueError) as exc:
             raise self.error(exc) from exc
 
+    def check_file(self) -> bool:
+        """Whether the path still names the file open; when not, drop the connections.
+
+        The next call then opens the path again (creating a fresh file if none is there).
+        """
+        self._check_due = time.monotonic() + CHECK_EVERY
+        if self._identity is None or file_identity(self.path) == self._identity:
+            return True
+        logger.warning(
+            "SQLite store %r: the file was deleted or replaced; opening the path again",
+            self.path,
+        )
+        self.reopened += 1
+        self._identity = None
+        self._opening = None
+        old = {id(db): db for db in (self.connection, self.reader) if db is not None}
+        self.connection = self.reader = None
+        for db in old.values():
+            # Statements already queued on it finish first. SQLite neither checkpoints
+            # nor deletes the -wal of a file that is no longer at its path.
+            self.spawn(_close_quietly(db))
+        return False
+
     def error(self, exc: Exception) -> StoreError:
-        """The ``StoreError`` for a failed statement."""
+        """The ``StoreError`` for a failed statement; checks that the file is still there."""
         # ValueError is aiosqlite's word for "the connection closed under us".
-        return StoreError(f"SQLite store {self.path!r}: {exc}")
+        if self._identity is not None and not self.closed:
+            self.check_file()
+        return StoreError(self._message(exc))
+
+    def _message(self, exc: Exception) -> str:
+        return f"SQLite store {self.path!r}: {exc}"
 
     def closed_error(self) -> StoreError:
         """The ``StoreError`` for a call after ``aclose``."""
@@ -124,24 +250,52 @@ class Database:
         # Gathering hand-offs finish (or fail fast now that the store is closed).
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        db, self.connection = self.connection, None
-        if db is not None:
-            await db.close()
+        writer, reader = self.connection, self.reader
+        self.connection = self.reader = None
+        self._identity = None
+        # The reader first: closing the last connection folds the WAL into the file.
+        if reader is not None and reader is not writer:
+            await _close_quietly(reader)
+        if writer is not None:
+            await threads.close(writer)
 
     def _opened(self, task: asyncio.Task[aiosqlite.Connection]) -> None:
         # Retrieve a failure here (so it is never "unretrieved") and let the next
         # call try again: the lock that made this open fail may be gone by then.
         if task.cancelled() or task.exception() is not None:
-            self._opening = None
+            if self._opening is task:
+                self._opening = None
 
     async def _open(self) -> aiosqlite.Connection:
-        db = await open_database(
+        memory = self.path == MEMORY
+        # Taken before connecting: if the file is replaced while this opens, the
+        # next check sees a difference and opens again, rather than miss it.
+        identity = None if memory else file_identity(self.path)
+        writer = await open_database(
             self.path, busy_timeout=self.busy_timeout, synchronous=self.synchronous
         )
+        try:
+            reader = (
+                writer if memory else await open_reader(self.path, busy_timeout=self.busy_timeout)
+            )
+        except BaseException:
+            await _close_quietly(writer)
+            raise
         if self.closed:
-            await db.close()
+            for db in {id(writer): writer, id(reader): reader}.values():
+                await _close_quietly(db)
             raise self.closed_error()
-        self.connection = db
-        if self._on_open is not None:
-            self._on_open()
-        return db
+        self.connection, self.reader = writer, reader
+        if not memory:
+            self._identity = identity or file_identity(self.path)
+        self._check_due = time.monotonic() + CHECK_EVERY
+        if not self._started:
+            self._started = True
+            if self._on_open is not None:
+                self._on_open()
+        return writer
+
+
+async def _close_quietly(db: aiosqlite.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error, ValueError):
+        await threads.close(db)

@@ -16,6 +16,7 @@ from typing import Any
 import aiosqlite
 
 from ...errors import StoreError
+from . import threads
 from .schema import MEMORY, user_version
 from .sql import LIVE_LEASES, SUMMARY, TABLES
 
@@ -68,11 +69,11 @@ async def describe_file(path: str, *, busy_timeout: float) -> dict[str, Any]:
         SchemaVersionError: a newer asyncache wrote it.
         sqlite3.Error: the file cannot be opened or read.
     """
-    db = await aiosqlite.connect(_read_only(path), uri=True, timeout=busy_timeout)
+    db = await threads.connect(_read_only(path), uri=True, timeout=busy_timeout)
     try:
         return await describe_database(db, path)
     finally:
-        await db.close()
+        await threads.close(db)
 
 
 def file_bytes(path: str) -> int:

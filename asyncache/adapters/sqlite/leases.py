@@ -19,16 +19,18 @@ _POLL_MAX = 0.1
 
 
 class LeaseTable:
-    """The ``LeaseStore`` capability of one SQLiteStore, on its connection.
+    """The ``LeaseStore`` capability of one SQLiteStore, on its connections.
 
     Args:
-        execute: runs a statement on the store's connection.
+        execute: runs a statement that writes, on the store's write connection.
+        read: runs a statement that only reads, on its read connection.
     """
 
-    __slots__ = ("execute",)
+    __slots__ = ("execute", "read")
 
-    def __init__(self, execute: Execute) -> None:
+    def __init__(self, execute: Execute, read: Execute) -> None:
         self.execute = execute
+        self.read = read
 
     async def acquire(self, key: bytes, token: bytes, ttl: float) -> bool:
         """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it."""
@@ -49,7 +51,7 @@ class LeaseTable:
         deadline = loop.time() + timeout
         delay = _POLL_FIRST
         while True:
-            rows = await self.execute(POLL, (time.time(), key))
+            rows = await self.read(POLL, (time.time(), key))
             value, expires_at, leased = rows[0]
             if value is not None:
                 return Entry(value, None if expires_at is None else float(expires_at))

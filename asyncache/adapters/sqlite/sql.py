@@ -7,6 +7,7 @@ it, so that one clock reading decides what is live.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "Execute",
     "insert_many",
     "select_many",
+    "storable_expiry",
 ]
 
 Execute = Callable[[str, Sequence[object]], Awaitable[list[Any]]]
@@ -123,3 +125,22 @@ def insert_many(n: int) -> str:
     """Add ``n`` rows (``key, value, expires_at`` from ``?2`` on) unless live; the winners."""
     rows = ", ".join(f"(?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(n))
     return f"INSERT INTO asyncache_entries (key, value, expires_at) VALUES {rows}{_ADD_TAIL}"
+
+
+def storable_expiry(expires_at: float | None) -> float | None:
+    """``expires_at`` as a statement binds it: a float, or ``None`` for no expiry.
+
+    ``inf`` means no expiry (as ``None``, so that the entry counts and is evicted
+    as one without expiry), and so does NaN (which SQLite would store as NULL
+    anyway). Any real number is taken: an ``int`` past SQLite's 64-bit integers
+    would fail to bind, so it goes as a float, and one past the floats is ``inf``.
+    """
+    if expires_at is None:
+        return None
+    try:
+        when = float(expires_at)
+    except OverflowError:
+        when = math.inf if expires_at > 0 else -math.inf
+    if when == math.inf or math.isnan(when):
+        return None
+    return when

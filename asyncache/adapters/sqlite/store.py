@@ -1,8 +1,9 @@
 """SQLiteStore: the DecisionStore protocol on one file, gets and adds gathered per iteration.
 
-The connection is in ``connection``, the file's layout in ``schema``, the
-statements in ``sql``, pruning and the bounds in ``upkeep``, leases in
-``leases``, and what the file holds (for ``asyncache stats``) in ``describe``.
+The connections are in ``connection`` (one for writes, one for reads), their
+threads in ``threads``, the file's layout in ``schema``, the statements in
+``sql``, pruning and the bounds in ``upkeep``, leases in ``leases``, and what
+the file holds (for ``asyncache stats``) in ``describe``.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from .sql import (
     ADD_CHUNK,
     CLEAR_ENTRIES,
     CLEAR_LEASES,
+    COUNT,
     DELETE,
     GET_CHUNK,
     GET_ONE,
     RENEW,
     insert_many,
     select_many,
+    storable_expiry,
 )
 from .upkeep import Upkeep
 from .url import parse_url
@@ -47,7 +50,8 @@ class SQLiteStore:
     loop is fine) and is then bound to that loop. ``async with`` opens it at
     once and closes it on exit.
 
-    Expired entries are never returned; a background task deletes them every
+    Expired entries are never returned. An expiry of ``inf`` (or past any
+    float) means no expiry, like ``None``. A background task deletes them every
     ``prune_interval`` seconds and keeps the bounds. When a bound is exceeded,
     entries are evicted soonest-expiring first, then entries without expiry
     oldest-inserted first. Bounds are enforced shortly after inserts, not
@@ -59,8 +63,10 @@ class SQLiteStore:
         synchronous: ``"NORMAL"`` (default: a power loss may lose the last
             writes, never corrupts) or ``"FULL"`` (every add is durable).
         busy_timeout: seconds a statement waits for another process's lock
-            before failing with ``StoreError``. Keep it near the engine's
-            ``store_timeout``: waiting longer only holds up the database thread.
+            before failing with ``StoreError`` (and opening the file, for
+            another process opening it). Keep it near the engine's
+            ``store_timeout``: waiting longer only holds up the writing thread
+            (reads have a connection and thread of their own).
         max_entries: most entries kept; ``None`` for no bound.
         max_bytes: most bytes of database pages in use (the file minus its
             free pages; the WAL is not counted); ``None`` for no bound.
@@ -118,7 +124,7 @@ class SQLiteStore:
             max_entries=max_entries,
             max_bytes=max_bytes,
         )
-        self._leases = LeaseTable(database.execute)
+        self._leases = LeaseTable(database.execute, database.read)
         self._reading = 0  # reads of ours in flight; while any is, gets are gathered
         self._gets: Gatherer[bytes, Entry | None] = Gatherer(self._run_get, database.spawn)
         self._adds: Gatherer[tuple[bytes, bytes, float | None], Entry] = Gatherer(
@@ -154,6 +160,11 @@ class SQLiteStore:
         """Entries deleted to keep the bounds so far."""
         return self._upkeep.evicted
 
+    @property
+    def reopened(self) -> int:
+        """Times the file was found deleted or replaced, and its path opened again."""
+        return self._database.reopened
+
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
 
@@ -177,11 +188,13 @@ class SQLiteStore:
             self._reading += 1
             try:
                 database = self._database
-                db = database.connection or await database.connect()
+                db = database.ready_reader() or await database.read_connection()
                 self.read_queries += 1
-                rows: Any = await db.execute_fetchall(GET_ONE, (key, time.time()))
-            except (sqlite3.Error, ValueError) as exc:
-                raise self._database.error(exc) from exc
+                params = (key, time.time())
+                try:
+                    rows: Any = await db.execute_fetchall(GET_ONE, params)
+                except (sqlite3.Error, ValueError) as exc:
+                    rows = await database.again(exc, database.read_connection, GET_ONE, params)
             finally:
                 self._reading -= 1
             for value, expires_at in rows:
@@ -207,7 +220,7 @@ class SQLiteStore:
     async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
         """Store ``value`` unless a live entry exists; return the winner. One statement."""
         adds = self._adds
-        item = (key, value, expires_at)
+        item = (key, value, storable_expiry(expires_at))
         gathering = adds.open
         if gathering is not None:
             return await adds.follow(gathering, item)
@@ -224,11 +237,13 @@ class SQLiteStore:
         """``add`` for each item, in order, in one statement; return the winners."""
         if not items:
             return []
-        return await self._run_add(list(items))
+        return await self._run_add(
+            [(key, value, storable_expiry(expires_at)) for key, value, expires_at in items]
+        )
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Move a live entry's expiry; ``False`` when there is none."""
-        rows = await self._database.execute(RENEW, (time.time(), expires_at, key))
+        rows = await self._database.execute(RENEW, (time.time(), storable_expiry(expires_at), key))
         return bool(rows)
 
     async def delete(self, key: bytes) -> None:
@@ -245,7 +260,8 @@ class SQLiteStore:
 
     async def count(self) -> int:
         """How many entries the file holds (expired ones not yet pruned included)."""
-        return await self._upkeep.count()
+        rows = await self._database.read(COUNT, ())
+        return int(rows[0][0])
 
     async def clear(self) -> None:
         """Drop every entry and lease, and give the space back to the file system."""
@@ -258,12 +274,13 @@ class SQLiteStore:
         await self._database.aclose()
 
     def stats(self) -> dict[str, int]:
-        """Counters: queries sent, entries pruned and evicted."""
+        """Counters: queries sent, entries pruned and evicted, times the file was reopened."""
         return {
             "read_queries": self.read_queries,
             "write_queries": self.write_queries,
             "pruned": self.pruned,
             "evicted": self.evicted,
+            "reopened": self.reopened,
         }
 
     async def describe(self) -> dict[str, Any]:
@@ -286,10 +303,10 @@ class SQLiteStore:
         if database.closed:
             raise database.closed_error()
         try:
-            if database.connection is None and self.path != MEMORY:
+            if database.reader is None and self.path != MEMORY:
                 facts = await describe_file(self.path, busy_timeout=self.busy_timeout)
             else:
-                db = database.connection or await database.connect()
+                db = database.ready_reader() or await database.read_connection()
                 facts = await describe_database(db, self.path)
         except (sqlite3.Error, ValueError) as exc:
             raise database.error(exc) from exc
@@ -336,7 +353,7 @@ class SQLiteStore:
             for start in range(0, len(unique), GET_CHUNK):
                 chunk = unique[start : start + GET_CHUNK]
                 self.read_queries += 1
-                rows = await self._database.execute(select_many(len(chunk)), (time.time(), *chunk))
+                rows = await self._database.read(select_many(len(chunk)), (time.time(), *chunk))
                 for key, value, expires_at in rows:
                     found[key] = Entry(value, expires_at)
         finally:

@@ -1,0 +1,269 @@
+"""RedisStore's connections, one set per event loop.
+
+A redis-py client belongs to the event loop its connections were made on: used
+from another (a second ``asyncio.run()``, tests with a loop each, a thread's
+own loop) every command fails with "Event loop is closed". So a store binds
+what it uses (client, gate, scripts, leases, subscription) to the running
+loop: the first loop gets the client the store was given, every other loop a
+client of its own, made when that loop first uses the store (by the store's
+factory, or as a copy of a plain ``Redis`` client's pool). What a loop got is
+closed when that loop shuts down (``asyncio.run`` and ``asyncio.Runner`` close
+the loop's async generators as they end, and one of those closes it), when the
+store closes, and when the store is garbage collected while the loop runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, NamedTuple
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError
+
+from ...errors import ConfigurationError, StoreError
+from .channels import Handler, Invalidations, Listener
+from .gate import Gate, check_limit
+from .layout import INVALIDATED, RELEASED
+from .leases import LeaseKeys
+from .scripts import DELETE, RENEW, REPLACE
+from .url import Client
+
+__all__ = ["Bound", "Loops", "Settings", "copy_client"]
+
+
+class Settings(NamedTuple):
+    """What every loop's share of a store is made with."""
+
+    prefix: bytes
+    max_in_flight: int | None
+    pool_timeout: float | None
+    invalidations: Invalidations
+    counters: dict[str, int]
+
+
+def copy_client(client: Client) -> Client:
+    """A client for another event loop with ``client``'s connection settings.
+
+    Raises:
+        StoreError: ``client`` is a ``RedisCluster``, which cannot be copied.
+    """
+    if isinstance(client, RedisCluster):
+        raise StoreError(
+            "redis: a RedisCluster client serves the one event loop it was first used on; "
+            "give RedisStore a function that makes one, or use RedisStore.from_url"
+        )
+    pool = client.connection_pool
+    copied = type(pool)(
+        connection_class=pool.connection_class,
+        max_connections=pool.max_connections,
+        **pool.connection_kwargs,
+    )
+    return Redis.from_pool(copied)
+
+
+class Bound:
+    """A store's client and what goes with it, on one event loop.
+
+    Args:
+        loop: the loop.
+        client: the client its commands go through.
+        owned: ``aclose`` closes ``client`` too.
+        settings: the store's settings.
+        forget: called once when this closes, so the store drops it.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client: Client,
+        owned: bool,
+        settings: Settings,
+        forget: Callable[[Bound], None],
+    ) -> None:
+        self.loop = loop
+        self.client = client
+        self.owned = owned
+        self.cluster = isinstance(client, RedisCluster)
+        self.closed = False
+        self._forget = forget
+        prefix = settings.prefix
+        prepare = client.initialize if isinstance(client, RedisCluster) else None
+        self.gate = Gate(settings.max_in_flight, settings.pool_timeout, prepare)
+        self.execute: Callable[..., Any] = client.execute_command
+        self.renew = client.register_script(RENEW)
+        self.replace = client.register_script(REPLACE)
+        self.delete = client.register_script(DELETE)
+        self.invalidated = prefix + INVALIDATED
+        """The channel ``clear`` and ``delete`` announce on."""
+        invalidations = settings.invalidations
+        handlers: dict[bytes, Handler] = {prefix + RELEASED: self._released}
+        handlers[self.invalidated] = invalidations.published
+        if isinstance(client, Redis):
+            db = client.connection_pool.connection_kwargs.get("db") or 0
+            handlers[b"__keyevent@%d__:evicted" % int(db)] = invalidations.evicted
+        self.listener = Listener(
+            client, self.gate, f"asyncache-redis-{prefix!r}", handlers, invalidations.gap
+        )
+        self.leases = LeaseKeys(
+            client, self.gate, prefix, self.pipeline, self.listener.ensure, settings.counters
+        )
+        if invalidations.callbacks:
+            self.listener.ensure()
+        self._keeper: AsyncGenerator[None, None] | None = None
+        self._abandoned = False
+
+    async def start(self) -> None:
+        """Have this closed when its loop closes its async generators (``asyncio.run`` does)."""
+        self._keeper = self._keep()
+        await anext(self._keeper)
+
+    def pipeline(self) -> Any:
+        """A non-transactional pipeline on this loop's client."""
+        if isinstance(self.client, RedisCluster):
+            return self.client.pipeline()
+        return self.client.pipeline(transaction=False)
+
+    async def aclose(self) -> None:
+        """Stop listening, wake lease waiters, close an owned client; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._forget(self)
+        self.leases.close()
+        await self.listener.aclose()
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            await keeper.aclose()
+        if self.owned:
+            with contextlib.suppress(RedisError, OSError):
+                await self.client.aclose()
+
+    def abandon(self) -> None:
+        """Let go of what belongs to a loop that closed without closing this.
+
+        Nothing can be awaited on a closed loop: its connections are left to
+        the garbage collector (which warns about them).
+        """
+        self.closed = self._abandoned = True
+        self._forget(self)
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            # Closed by hand, so that the collector does not ask the closed loop to.
+            with contextlib.suppress(StopIteration):
+                keeper.aclose().send(None)
+
+    async def _keep(self) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if not self._abandoned:
+                self._keeper = None  # this is the keeper closing: aclose must not close it
+                with contextlib.suppress(Exception):
+                    await self.aclose()
+
+    async def _released(self, key: bytes) -> None:
+        await self.leases.wake(key)
+
+
+class Loops:
+    """A store's ``Bound`` per event loop.
+
+    Args:
+        client: the client for the first loop, or a function that makes one
+            for each loop (the store owns what it makes).
+        close_client: the store owns ``client`` (a factory's clients it always owns).
+        settings: the store's settings.
+
+    Raises:
+        ConfigurationError: the client decodes responses, or ``max_in_flight`` is not positive.
+    """
+
+    def __init__(
+        self,
+        client: Client | Callable[[], Client],
+        close_client: bool,
+        settings: Settings,
+    ) -> None:
+        check_limit(settings.max_in_flight)
+        self.factory: Callable[[], Client] | None = None
+        if not isinstance(client, Redis | RedisCluster):
+            self.factory = client
+            client = client()
+            close_client = True
+        if client.get_encoder().decode_responses:
+            raise ConfigurationError("RedisStore needs a client with decode_responses=False")
+        self.first = client
+        """The client the store was given (or made first)."""
+        self.settings = settings
+        self.closed = False
+        self.last: Bound | None = None
+        """The loop last bound: the common case costs one comparison."""
+        self._unclaimed: Client | None = client
+        self._owns_first = close_client
+        self._bounds: dict[asyncio.AbstractEventLoop, Bound] = {}
+
+    def running(self) -> Bound | None:
+        """The running loop's ``Bound``, if it has one."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        return self._bounds.get(loop)
+
+    def all(self) -> list[Bound]:
+        """Every loop's ``Bound``."""
+        return list(self._bounds.values())
+
+    async def bind(self) -> Bound:
+        """The running loop's ``Bound``, made when it has none.
+
+        Raises:
+            StoreError: the store is closed, or the client cannot be copied.
+        """
+        loop = asyncio.get_running_loop()
+        bound = self._bounds.get(loop)
+        if bound is None:
+            if self.closed:
+                raise StoreError("redis: the store is closed")
+            for other in self.all():
+                if other.loop.is_closed():
+                    other.abandon()
+            if self._unclaimed is not None:
+                client, owned = self._unclaimed, self._owns_first
+                self._unclaimed = None
+            elif self.factory is not None:
+                client, owned = self.factory(), True
+            else:
+                client, owned = copy_client(self.first), True
+            bound = Bound(loop, client, owned, self.settings, self._forget)
+            self._bounds[loop] = bound
+            await bound.start()
+        self.last = bound
+        return bound
+
+    async def aclose(self) -> None:
+        """Close every loop's share: this loop's now, a running one's soon; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        current = asyncio.get_running_loop()
+        for bound in self.all():
+            if bound.loop is current:
+                await bound.aclose()
+            elif bound.loop.is_closed():
+                bound.abandon()
+            elif bound.loop.is_running():
+                asyncio.run_coroutine_threadsafe(bound.aclose(), bound.loop)
+            # A loop that is neither closes it as it shuts down.
+        unclaimed, self._unclaimed = self._unclaimed, None
+        if unclaimed is not None and self._owns_first:
+            await unclaimed.aclose()
+
+    def _forget(self, bound: Bound) -> None:
+        if self._bounds.get(bound.loop) is bound:
+            del self._bounds[bound.loop]
+        if self.last is bound:
+            self.last = None
