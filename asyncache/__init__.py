@@ -10,17 +10,19 @@ import typing
 
 from .cache import DecisionCache
 from .codec import Decoded
-from .decorator import CachedPrediction, cached_prediction
+from .decorator import BoundPrediction, CachedPrediction, cached_prediction
 from .errors import (
     AsyncacheError,
     ConfigurationError,
     DecodeError,
     OffloadError,
+    ReplayMiss,
     SchemaVersionError,
     StoreError,
     WorkerDiedError,
 )
 from .keys import KEY_VERSION, make_key
+from .methods import MethodWarning
 from .stores import DecisionStore, Entry, LeaseStore, MemoryStore, open_store, register_store
 
 if typing.TYPE_CHECKING:
@@ -58,6 +60,7 @@ __all__ = [
     "KEY_VERSION",
     "AsyncacheError",
     "BatchedPrediction",
+    "BoundPrediction",
     "CachedPrediction",
     "ConfigurationError",
     "DecisionCache",
@@ -68,9 +71,11 @@ __all__ = [
     "Entry",
     "LeaseStore",
     "MemoryStore",
+    "MethodWarning",
     "Offload",
     "OffloadError",
     "ProcessOffload",
+    "ReplayMiss",
     "SchemaVersionError",
     "StoreError",
     "ThreadOffload",

@@ -26,12 +26,14 @@ if TYPE_CHECKING:
     from .audit import Compare, MismatchHook
     from .warm import WarmSummary
 
-__all__ = ["MISS", "AdmitHook", "DecisionCache", "TtlHook"]
+__all__ = ["MISS", "MODES", "AdmitHook", "DecisionCache", "Mode", "TtlHook"]
 
 logger = logging.getLogger("asyncache")
 
 T = TypeVar("T")
 V = TypeVar("V")
+Mode = Literal["live", "shadow", "record", "replay"]
+MODES: tuple[Mode, ...] = ("live", "shadow", "record", "replay")
 
 
 class _Forwarded(Generic[V]):
@@ -101,8 +103,12 @@ class DecisionCache:
         audit_concurrency: most audits running at once; more are dropped.
         mode: ``"live"`` serves hits; ``"shadow"`` computes every call,
             returns the fresh result, fills the store and counts whether the
-            stored decision would have been served and agreed. Every door
-            (single calls, ``.many()``, micro-batching, the middleware) obeys it.
+            stored decision would have been served and agreed; ``"record"``
+            computes every call and stores it in place of what the key held;
+            ``"replay"`` answers from the store only, never runs the model, and
+            raises ``ReplayMiss`` for a call it holds no decision for. Every
+            door (single calls, ``.many()``, micro-batching, the middleware)
+            obeys it.
 
     Attributes:
         engine: the one hit/miss path every door takes (``asyncache.engine``).
@@ -147,7 +153,7 @@ class DecisionCache:
         audit: Compare | None = None,
         on_mismatch: MismatchHook | None = None,
         audit_concurrency: int = 4,
-        mode: Literal["live", "shadow"] = "live",
+        mode: Mode = "live",
     ) -> None:
         if isinstance(ttl, int | float) and not isinstance(ttl, bool):
             ttl = float(ttl)
@@ -157,8 +163,8 @@ class DecisionCache:
             raise ValueError("max_entry_bytes must be positive")
         if max_decoded_bytes is not None and max_decoded_bytes <= 0:
             raise ValueError("max_decoded_bytes must be positive or None")
-        if mode not in ("live", "shadow"):
-            raise ValueError(f"mode must be 'live' or 'shadow', not {mode!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         if not 0.0 <= audit_rate <= 1.0:
             raise ValueError(f"audit_rate must be between 0 and 1, got {audit_rate!r}")
         chosen: DecisionStore = MemoryStore() if store is None else store
@@ -187,7 +193,9 @@ class DecisionCache:
         self.enabled = enabled
         self.max_background = max_background
         self.mode = mode
-        self.engine.shadow = mode == "shadow"
+        self.engine.shadow = mode in ("shadow", "record")
+        self.engine.record = mode == "record"
+        self.engine.replay = mode == "replay"
         self._builders: dict[tuple[str, str], KeyBuilder] = {}
         self._closed = False
         if audit_rate > 0 or mode == "shadow":

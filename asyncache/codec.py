@@ -21,6 +21,8 @@ Nothing is ever unpickled: a shared store must not be able to run code in its re
 from __future__ import annotations
 
 import base64
+import dataclasses
+import enum
 import hashlib
 import hmac
 import math
@@ -124,7 +126,13 @@ def _tag(obj: Any) -> Any:
         return {_TAG_KEY: [kind, array.dtype.str, list(array.shape), data]}
     if hasattr(obj, "model_dump") and hasattr(cls, "model_fields"):
         return _tag(obj.model_dump(mode="json"))
-    # Dataclasses, enums, datetimes, UUIDs: what orjson itself can encode.
+    if isinstance(obj, tuple):
+        return [_tag(item) for item in obj]  # NamedTuples: orjson refuses tuple subclasses
+    if dataclasses.is_dataclass(obj):
+        return {field.name: _tag(getattr(obj, field.name)) for field in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return _tag(obj.value)
+    # Datetimes, UUIDs and what else orjson itself can encode.
     return orjson.loads(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
 
 

@@ -40,7 +40,9 @@ ENVIRONMENT: tuple[Setting, ...] = (
     Setting("STORE_TIMEOUT", "store_timeout", "seconds", "1.0", "a slower store call is a miss"),
     Setting("COALESCE", "coalesce", "bool", "true", "identical misses share one computation"),
     Setting("COALESCE_TIMEOUT", "coalesce_timeout", "seconds", "300", "longest wait on a flight"),
+    Setting("MODE", "mode", "mode", "live", "live, shadow, record (compute, store) or replay"),
 )
+_MODES = ("live", "shadow", "record", "replay")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -50,6 +52,10 @@ def _parse(setting: Setting, name: str, raw: str) -> Any:
     text = raw.strip()
     if setting.kind in ("str", "url"):
         return text or None
+    if setting.kind == "mode":
+        if text.lower() not in _MODES:
+            raise ConfigurationError(f"{name}={raw!r}: expected one of {', '.join(_MODES)}")
+        return text.lower()
     if setting.kind == "bool":
         if text.lower() in _TRUE:
             return True

@@ -5,26 +5,60 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Literal,
+    ParamSpec,
+    Protocol,
+    Self,
+    TypeVar,
+    overload,
+)
 
+from .binding import Binder
 from .cache import DecisionCache
 from .engine import MISS
+from .errors import ReplayMiss
+from .methods import CachedMethod
+from .rebuild import Rebuild, caller_names, rebuilder
 
 if TYPE_CHECKING:
     from .microbatch import BatchedPrediction
     from .offload import Offload
 
-__all__ = ["CachedPrediction", "cached_prediction"]
+__all__ = ["BoundPrediction", "CachedPrediction", "cached_prediction"]
 
 P = ParamSpec("P")
+P2 = ParamSpec("P2")
 R = TypeVar("R")
+S = TypeVar("S")
 R_co = TypeVar("R_co", covariant=True)
 
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+class BoundPrediction(Protocol[P, R_co]):
+    """A cached method bound to its instance (``obj.predict``): ``self`` is passed for you."""
+
+    cache: DecisionCache
+    namespace: str
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
+        """The 16-byte cache key this call would use."""
+        ...
+
+    async def uncached(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
+        """Run the method without reading or writing the cache."""
+        ...
 
 
 class CachedPrediction(Protocol[P, R_co]):
-    """What ``@cached_prediction`` returns: the function, cached, with helpers."""
+    """What ``@cached_prediction`` returns: the function, cached, with helpers.
+
+    On a class it is a method: ``obj.predict`` is a ``BoundPrediction`` without ``self``.
+    """
 
     cache: DecisionCache
     namespace: str
@@ -40,80 +74,12 @@ class CachedPrediction(Protocol[P, R_co]):
         """Run the function without reading or writing the cache."""
         ...
 
-
-def _dict_maker(names: tuple[str, ...], ignored: Iterable[str]) -> Callable[..., dict[str, Any]]:
-    """``make(*args)``: the inputs of a call that passed every parameter positionally.
-
-    Generated, as dataclasses and namedtuple generate code, because a dict
-    display costs half of ``dict(zip(names, args))`` and this runs on every hit.
-    The names come from a signature, so they are identifiers.
-    """
-    params = ", ".join(f"_{index}" for index in range(len(names)))
-    items = ", ".join(f"{name!r}: _{i}" for i, name in enumerate(names) if name not in ignored)
-    namespace: dict[str, Any] = {}
-    exec(f"def make({params}):\n    return {{{items}}}\n", namespace)
-    make: Callable[..., dict[str, Any]] = namespace["make"]
-    return make
-
-
-class _Binder(Generic[P]):
-    """Binds a call's arguments to the signature with defaults applied.
-
-    ``inspect.Signature.bind`` costs microseconds; a hit should not. For
-    signatures without ``*args``/``**kwargs`` the common calls take a fast
-    path; anything unusual (and every error) goes through ``bind`` so the
-    messages are Python's own.
-    """
-
-    def __init__(self, fn: Callable[..., Any], ignore: Iterable[str]) -> None:
-        self.signature = inspect.signature(fn)
-        params = list(self.signature.parameters.values())
-        ignored = set(ignore)
-        unknown = ignored - {p.name for p in params}
-        if unknown:
-            raise ValueError(f"ignore names no parameter of {fn.__qualname__}: {sorted(unknown)}")
-        # A method's receiver identifies no decision; the fingerprint says which model.
-        self.method = bool(
-            params and params[0].name in ("self", "cls") and params[0].kind in _POSITIONAL
-        )
-        if self.method:
-            ignored.add(params[0].name)
-        self.ignored = tuple(ignored)
-        self.simple = all(p.kind in _POSITIONAL or p.kind is p.KEYWORD_ONLY for p in params)
-        self.positional = tuple(p.name for p in params if p.kind in _POSITIONAL)
-        self.keyword = frozenset(
-            p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY
-        )
-        self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
-        self.count = len(params)
-        # The commonest call passes every parameter positionally: ``make(*args)``.
-        every_positional = self.simple and len(self.positional) == self.count
-        self.make = _dict_maker(self.positional, ignored) if every_positional else None
-
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        if not kwargs and len(args) == self.count and self.make is not None:
-            return self.make(*args)
-        if self.simple and len(args) <= len(self.positional):
-            inputs = dict(self.defaults)
-            inputs.update(zip(self.positional, args, strict=False))
-            if kwargs:
-                given = self.positional[: len(args)]
-                if any(name not in self.keyword or name in given for name in kwargs):
-                    return self._slow(args, kwargs)
-                inputs.update(kwargs)
-            if len(inputs) == self.count:
-                for name in self.ignored:
-                    del inputs[name]
-                return inputs
-        return self._slow(args, kwargs)
-
-    def _slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        inputs = dict(bound.arguments)
-        for name in self.ignored:
-            inputs.pop(name, None)
-        return inputs
+    @overload
+    def __get__(self, instance: None, owner: type[Any], /) -> Self: ...
+    @overload
+    def __get__(
+        self: CachedPrediction[Concatenate[S, P2], R_co], instance: S, owner: Any = None, /
+    ) -> BoundPrediction[P2, R_co]: ...
 
 
 @overload
@@ -125,6 +91,8 @@ def cached_prediction(
     scope: Callable[..., Any] | None = ...,
     fingerprint: str | dict[str, Any] | None = ...,
     offload: str | Offload | None = ...,
+    encode: Callable[[Any], Any] | None = ...,
+    decode: Callable[[Any], Any] | None = ...,
     batch: Literal[True],
     max_batch_size: int = ...,
     max_wait_ms: float = ...,
@@ -142,6 +110,8 @@ def cached_prediction(
     scope: Callable[..., Any] | None = ...,
     fingerprint: str | dict[str, Any] | None = ...,
     offload: None = ...,
+    encode: Callable[[R], Any] | None = ...,
+    decode: Callable[[Any], R] | None = ...,
 ) -> Callable[[Callable[P, Awaitable[R]]], CachedPrediction[P, R]]: ...
 
 
@@ -155,6 +125,8 @@ def cached_prediction(
     scope: Callable[..., Any] | None = ...,
     fingerprint: str | dict[str, Any] | None = ...,
     offload: str | Offload,
+    encode: Callable[[R], Any] | None = ...,
+    decode: Callable[[Any], R] | None = ...,
 ) -> Callable[[Callable[P, R]], CachedPrediction[P, R]]: ...
 
 
@@ -167,6 +139,8 @@ def cached_prediction(
     scope: Callable[..., Any] | None = None,
     fingerprint: str | dict[str, Any] | None = None,
     offload: str | Offload | None = None,
+    encode: Callable[[Any], Any] | None = None,
+    decode: Callable[[Any], Any] | None = None,
     batch: bool = False,
     max_batch_size: int = 64,
     max_wait_ms: float = 5.0,
@@ -175,14 +149,22 @@ def cached_prediction(
     """Cache a prediction function's results by its arguments.
 
     ``f(1)`` and ``f(x=1)`` share a key: arguments are bound to the signature
-    with defaults applied. A first parameter named ``self`` or ``cls`` is left
-    out of the key (the fingerprint identifies the model).
+    with defaults applied. On a method, ``self`` is keyed by its model's
+    fingerprint (``__cache_fingerprint__`` or ``fingerprint``), so two instances
+    holding different models never share a decision (see ``asyncache.methods``);
+    a first parameter named ``cls`` is left out of the key.
+
+    A result comes back with the type the return annotation declares, on a
+    miss, a hit and with the cache disabled alike: dataclasses, NamedTuples,
+    tuples, enums, datetimes, UUIDs, pydantic models, NumPy arrays, nested in
+    lists and dicts (``asyncache.rebuild``).
 
     Args:
         cache: the ``DecisionCache`` that holds the decisions.
         namespace: names the function in keys; ``module.qualname`` by default.
             Pin it to keep decisions across a rename.
-        ignore: parameters left out of the key (a logger, a request id).
+        ignore: parameters left out of the key (a logger, a request id);
+            ``ignore=("self",)`` shares decisions across a method's instances.
         key: ``key(*args, **kwargs)`` returns what identifies the call, used
             instead of the bound arguments.
         scope: ``scope(*args, **kwargs)`` returns the tenant or principal;
@@ -190,6 +172,11 @@ def cached_prediction(
         fingerprint: overrides the cache's fingerprint for this function.
         offload: where a sync function runs on a miss: ``"thread"``,
             ``"process"`` or an ``Offload``. Hits never touch it.
+        encode: ``encode(result)`` turns a result into what is stored (plain
+            JSON, NumPy arrays, bytes), for a type asyncache cannot rebuild.
+            Needs ``decode``.
+        decode: ``decode(stored)`` turns what was stored back into the result;
+            used instead of the return annotation, on every call.
         batch: the function takes a list of items and returns one result per
             item; callers ``await f(item)`` and concurrent misses share one
             call (micro-batching), ``await f.many(items)`` answers a list.
@@ -200,15 +187,20 @@ def cached_prediction(
             the offload's ``max_workers`` by default.
 
     Raises:
-        TypeError: a sync function without ``offload``.
-        ValueError: ``ignore`` names a parameter the function does not have.
+        TypeError: a sync function without ``offload``, or a return annotation
+            whose stored form cannot be rebuilt (pass ``encode=``/``decode=``).
+        ValueError: ``ignore`` names a parameter the function does not have,
+            or ``encode`` is given without ``decode``.
     """
+    if encode is not None and decode is None:
+        raise ValueError("encode= needs decode=, which turns what encode returned back")
     if batch:
         if ignore:
             raise ValueError("ignore= does not apply with batch=True: use key=lambda item: ...")
         from .microbatch import batched_prediction
 
         def decorate_batch(fn: Callable[..., Any]) -> BatchedPrediction[Any, Any]:
+            rebuild = decode or rebuilder(fn, item=True, localns=caller_names())
             return batched_prediction(
                 fn,
                 cache,
@@ -220,6 +212,8 @@ def cached_prediction(
                 max_batch_size=max_batch_size,
                 max_wait_ms=max_wait_ms,
                 max_concurrent_batches=max_concurrent_batches,
+                encode=encode,
+                rebuild=rebuild,
             )
 
         return decorate_batch
@@ -231,6 +225,7 @@ def cached_prediction(
                 f"{fn.__qualname__} is not async: pass offload='thread' (GIL-releasing work such "
                 "as onnxruntime or torch), offload='process' (pure-Python work) or an Offload"
             )
+        rebuild = decode or rebuilder(fn, localns=caller_names())
         run: Callable[..., Awaitable[Any]]
         if is_async:
             run = fn
@@ -242,51 +237,25 @@ def cached_prediction(
             async def run(*args: Any, **kwargs: Any) -> Any:
                 return await pool.run(fn, *args, **kwargs)
 
-        binder: _Binder[P] = _Binder(fn, ignore)
+        raw = run
+        if encode is not None:
+
+            async def run(*args: Any, **kwargs: Any) -> Any:
+                return encode(await raw(*args, **kwargs))
+
+        binder: Binder[P] = Binder(fn, ignore)
         name = namespace or f"{fn.__module__}.{fn.__qualname__}"
         builder = cache.key_builder(name, fingerprint)
-        get_or_compute = cache.engine.get_or_compute
+        wrapper = _wrap(fn, cache, binder, run, name, key, scope, builder.key)
+        if rebuild is not None:
+            wrapper = _typed(fn, wrapper, rebuild)
 
         def make_key(*args: Any, **kwargs: Any) -> bytes:
             inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
             return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
 
-        hit_now = cache.engine.hit_now
-        if key is None and scope is None:
-            make = binder.make if binder.make is not None else dict
-            count = binder.count if binder.make is not None else -1
-            bind = binder.bind
-            key_of = builder.key
-
-            @functools.wraps(fn)
-            async def wrapper(*args: Any, **kwargs: Any) -> Any:
-                # The commonest call binds with one generated dict display; the rest go
-                # through bind.
-                if len(args) == count and not kwargs:
-                    inputs = make(*args)
-                else:
-                    inputs = bind(args, kwargs)
-                cache_key = key_of(inputs)
-                # A hit in memory is answered here, without another coroutine.
-                value = hit_now(cache_key)
-                if value is not MISS:
-                    return value
-                return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
-
-        else:
-
-            @functools.wraps(fn)
-            async def wrapper(*args: Any, **kwargs: Any) -> Any:
-                inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
-                where = scope(*args, **kwargs) if scope is not None else None
-                cache_key = builder.key(inputs, where)
-                value = hit_now(cache_key)
-                if value is not MISS:
-                    return value
-                return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
-
         async def uncached(*args: Any, **kwargs: Any) -> Any:
-            return await run(*args, **kwargs)
+            return await raw(*args, **kwargs)
 
         wrapper.cache = cache  # type: ignore[attr-defined]
         wrapper.namespace = name  # type: ignore[attr-defined]
@@ -295,50 +264,73 @@ def cached_prediction(
         if binder.method:
             # obj.predict.key(x) must pass obj along, which a plain function's
             # attributes cannot: methods get a descriptor that binds all three.
-            return _CachedMethod(wrapper)  # type: ignore[return-value]
+            return CachedMethod(wrapper)  # type: ignore[return-value]
         return wrapper  # type: ignore[return-value]
 
     return decorate
 
 
-class _BoundPrediction(functools.partial[Any]):
-    """A cached method bound to its instance: calls, ``key`` and ``uncached`` pass it on."""
+def _wrap(
+    fn: Callable[..., Any],
+    cache: DecisionCache,
+    binder: Binder[Any],
+    run: Callable[..., Awaitable[Any]],
+    name: str,
+    key: Callable[..., Any] | None,
+    scope: Callable[..., Any] | None,
+    key_of: Callable[..., bytes],
+) -> Callable[..., Awaitable[Any]]:
+    """The cached function: the hit path without another coroutine, the rest in the engine."""
+    get_or_compute = cache.engine.get_or_compute
+    hit_now = cache.engine.hit_now
+    if key is None and scope is None:
+        make = binder.make if binder.make is not None else dict
+        count = binder.count if binder.make is not None else -1
+        bind = binder.bind
 
-    @property
-    def cache(self) -> DecisionCache:
-        return self.func.cache  # type: ignore[attr-defined, no-any-return]
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            # The commonest call binds with one generated dict display; the rest go
+            # through bind.
+            if len(args) == count and not kwargs:
+                inputs = make(*args)
+            else:
+                inputs = bind(args, kwargs)
+            cache_key = key_of(inputs)
+            # A hit in memory is answered here, without another coroutine.
+            value = hit_now(cache_key)
+            if value is not MISS:
+                return value
+            try:
+                return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
+            except ReplayMiss as miss:
+                raise miss.named(name) from None
 
-    @property
-    def namespace(self) -> str:
-        return self.func.namespace  # type: ignore[attr-defined, no-any-return]
+    else:
 
-    def key(self, *args: Any, **kwargs: Any) -> bytes:
-        """The 16-byte cache key this call would use."""
-        return self.func.key(*self.args, *args, **kwargs)  # type: ignore[attr-defined, no-any-return]
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
+            where = scope(*args, **kwargs) if scope is not None else None
+            cache_key = key_of(inputs, where)
+            value = hit_now(cache_key)
+            if value is not MISS:
+                return value
+            try:
+                return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
+            except ReplayMiss as miss:
+                raise miss.named(name) from None
 
-    async def uncached(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the method without reading or writing the cache."""
-        return await self.func.uncached(*self.args, *args, **kwargs)  # type: ignore[attr-defined]
+    return wrapper
 
 
-class _CachedMethod:
-    """``@cached_prediction`` on a method: binds like a function, helpers included."""
+def _typed(
+    fn: Callable[..., Any], plain: Callable[..., Awaitable[Any]], rebuild: Rebuild
+) -> Callable[..., Awaitable[Any]]:
+    """``plain``, its answers rebuilt into the declared type (only functions that need it)."""
 
-    def __init__(self, wrapper: Callable[..., Any]) -> None:
-        self._wrapper = wrapper
-        functools.update_wrapper(self, wrapper)
-        self.cache: DecisionCache = wrapper.cache  # type: ignore[attr-defined]
-        self.namespace: str = wrapper.namespace  # type: ignore[attr-defined]
-        self.key: Callable[..., bytes] = wrapper.key  # type: ignore[attr-defined]
-        self.uncached: Callable[..., Awaitable[Any]] = wrapper.uncached  # type: ignore[attr-defined]
-        mark = getattr(inspect, "markcoroutinefunction", None)  # Python 3.12+
-        if mark is not None:
-            mark(self)
+    @functools.wraps(fn)
+    async def typed(*args: Any, **kwargs: Any) -> Any:
+        return rebuild(await plain(*args, **kwargs))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._wrapper(*args, **kwargs)
-
-    def __get__(self, instance: object, owner: type | None = None) -> Any:
-        if instance is None:
-            return self
-        return _BoundPrediction(self._wrapper, instance)
+    return typed

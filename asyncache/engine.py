@@ -40,7 +40,7 @@ from .runtime import cancelled, is_cancellation
 from .stats import CacheStats, RateLimitedLog
 from .stores.memory import MemoryStore
 from .stores.protocol import DecisionStore, Entry
-from .storing import AdmitHook, Fingerprint, StoreSide, TtlHook
+from .storing import AdmitHook, Fingerprint, StoreSide, TtlHook, replay_miss
 
 __all__ = [
     "MISS",
@@ -102,7 +102,12 @@ class Engine(StoreSide):
         self.enabled = True
         self.coalesce = True
         self.coalesce_timeout: float | None = 300.0
+        # Set for mode="shadow" and mode="record": every call computes, nothing is served
+        # from the store; ``record`` tells the two apart (only inside that branch).
         self.shadow = False
+        self.record = False
+        # mode="replay": a miss is a ReplayMiss; the model never runs.
+        self.replay = False
         self.auditor: Sampler | None = None
         # The hit path tests this one attribute: None unless audits are sampled.
         self.sampler: Sampler | None = None
@@ -180,6 +185,8 @@ class Engine(StoreSide):
             self.stats.bypassed += 1
             return _unwrap(await compute())  # type: ignore[no-any-return]
         if self.shadow:
+            if self.record:
+                return await self.record_result(key, compute, inputs)  # type: ignore[no-any-return]
             assert self.auditor is not None  # made with mode="shadow"
             return await self.auditor.shadow(key, compute, inputs)  # type: ignore[no-any-return]
         # The hit path, inlined: no coroutine beyond this one when the store can peek.
@@ -212,6 +219,8 @@ class Engine(StoreSide):
                     source("hit")
                 return envelope["v"]  # type: ignore[no-any-return]
         self.stats.misses += 1
+        if self.replay:
+            raise replay_miss(key, inputs)
         if not self.coalesce:
             return await self.compute(key, compute, inputs, source)
         flight = self.flights.get(key)
@@ -239,15 +248,6 @@ class Engine(StoreSide):
         return decoded
 
     # -- the miss path -------------------------------------------------------
-
-    async def _lead(
-        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any, source: Source | None
-    ) -> Any:
-        """Start the flight for ``key`` and wait for it (``get_or_compute`` inlines this)."""
-        flight = self.flights.claim(key)
-        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
-        await flight.done.wait()
-        return flight.outcome()
 
     async def _fly(
         self,
@@ -335,6 +335,26 @@ class Engine(StoreSide):
             return value, True
 
         return await self.leases.run(key, lambda: self._compute_alone(key, compute, inputs), adopt)
+
+    async def record_result(
+        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
+    ) -> Any:
+        """``mode="record"``: compute, and store the result in place of what ``key`` held.
+
+        Stores keep the first decision (``add``), so the old entry is deleted
+        first; a writer that adds between the two wins, as it would in live mode.
+        """
+        result, seconds = await self.timed(compute)
+        if isinstance(result, Unshared):
+            self.stats.not_admitted += 1
+            return result.value
+        prepared = self.prepare(key, result, inputs, seconds)
+        if prepared is None:
+            return result
+        value, expires_at = prepared
+        await self.guard.call("delete", lambda: self.store.delete(key))
+        entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+        return self.winner(key, value, entry, result)
 
     def adopt(self, key: bytes, entry: Entry) -> Any:
         """The value of an entry another process stored while we waited on its lease.

@@ -9,6 +9,7 @@ Everything asyncache defines itself derives from ``AsyncacheError``::
      │    └── SchemaVersionError  a store file was written by a newer asyncache
      ├── DecodeError              a stored value is corrupt, tampered or unknown
      ├── ConfigurationError       a URL, option or environment variable is invalid
+     ├── ReplayMiss               mode="replay" was asked for a decision it does not hold
      └── OffloadError             a worker pool failed
           └── WorkerDiedError     the worker running a call died
 """
@@ -20,6 +21,7 @@ __all__ = [
     "ConfigurationError",
     "DecodeError",
     "OffloadError",
+    "ReplayMiss",
     "SchemaVersionError",
     "StoreError",
     "WorkerDiedError",
@@ -44,6 +46,35 @@ class DecodeError(AsyncacheError):
 
 class ConfigurationError(AsyncacheError, ValueError):
     """A store URL, option or environment variable is invalid."""
+
+
+class ReplayMiss(AsyncacheError):
+    """``mode="replay"`` found no recorded decision for a call; the model was not run.
+
+    Attributes:
+        function: the namespace of the function (or route) that was called,
+            ``None`` when the door that raised it does not know one.
+        digest: a short digest of the call's inputs (the first hex digits of
+            the BLAKE2b of their canonical encoding), to tell missing calls apart.
+        key: the 16-byte cache key that was not found.
+    """
+
+    def __init__(self, function: str | None, digest: str, key: bytes) -> None:
+        self.function = function
+        self.digest = digest
+        self.key = key
+        where = function if function is not None else "a call"
+        super().__init__(
+            f"replay: no recorded decision for {where} with inputs {digest} "
+            f"(key {key.hex()}); record it first with mode='record' (ASYNCACHE_MODE=record)"
+        )
+
+    def __reduce__(self) -> tuple[type[ReplayMiss], tuple[str | None, str, bytes]]:
+        return ReplayMiss, (self.function, self.digest, self.key)
+
+    def named(self, function: str) -> ReplayMiss:
+        """The same miss, naming ``function``."""
+        return ReplayMiss(function, self.digest, self.key)
 
 
 class OffloadError(AsyncacheError):

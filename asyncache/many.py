@@ -24,6 +24,7 @@ from .codec import Decoded, decode
 from .errors import DecodeError
 from .flight import Flight, copy_for_caller
 from .stores.protocol import Entry
+from .storing import replay_miss
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -52,6 +53,8 @@ async def get_or_compute_many(
         first.setdefault(key, index)
         uses[key] = uses.get(key, 0) + 1
     unique = list(first)
+    if engine.record:
+        return await _record(engine, keys, unique, first, compute, item_inputs)
     entries = await engine.guard.call("get_many", lambda: engine.store.get_many(unique))
     found_entries = dict(zip(unique, entries or [None] * len(unique), strict=True))
     if engine.shadow:
@@ -67,6 +70,9 @@ async def get_or_compute_many(
                     single = _single(compute, first[key])
                     engine.sampler.sample(key, entry.value, single, item_inputs[first[key]])
     missing = [key for key in unique if key not in found]
+    if engine.replay and missing:
+        stats.misses += sum(uses[key] for key in missing)
+        raise replay_miss(missing[0], item_inputs[first[missing[0]]])
     stats.misses += sum(uses[key] for key in missing)
     # Claim every unclaimed key before awaiting anything: never wait on our own keys.
     flights = engine.flights
@@ -258,6 +264,39 @@ async def _shadow(
     if pending:
         await engine.guard.call("add_many", lambda: engine.store.add_many(pending))
     return _answers(keys, fresh, set(), fresh.__getitem__)
+
+
+async def _record(
+    engine: Engine,
+    keys: Sequence[bytes],
+    unique: list[bytes],
+    first: dict[bytes, int],
+    compute: BatchCompute,
+    inputs: Sequence[Any],
+) -> list[Any]:
+    """Record mode: compute every item, store each in place of what its key held."""
+    indices = [first[key] for key in unique]
+    results, share = await _run(engine, compute, indices)
+    pending: list[tuple[bytes, bytes, float | None]] = []
+    fresh: dict[bytes, Any] = {}
+    for key, index, result in zip(unique, indices, results, strict=True):
+        fresh[key] = result
+        if not isinstance(result, BaseException):
+            prepared = engine.prepare(key, result, inputs[index], share)
+            if prepared is not None:
+                pending.append((key, *prepared))
+    if pending:
+        store = engine.store
+        await asyncio.gather(*(_delete(engine, key) for key, _, _ in pending))
+        added = await engine.guard.call("add_many", lambda: store.add_many(pending))
+        winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        for (key, value, _), entry in zip(pending, winners, strict=True):
+            fresh[key] = engine.winner(key, value, entry, fresh[key])
+    return _answers(keys, fresh, set(), fresh.__getitem__)
+
+
+async def _delete(engine: Engine, key: bytes) -> None:
+    await engine.guard.call("delete", lambda: engine.store.delete(key))
 
 
 async def _decoded(engine: Engine, key: bytes, entry: Entry | None) -> Decoded | None:

@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from .errors import OffloadError
+from .errors import OffloadError, ReplayMiss
 
 if TYPE_CHECKING:
     from .cache import DecisionCache
@@ -276,12 +276,16 @@ def batched_prediction(
     max_batch_size: int = 64,
     max_wait_ms: float = 5.0,
     max_concurrent_batches: int | None = None,
+    encode: Callable[[Any], Any] | None = None,
+    rebuild: Callable[[Any], Any] | None = None,
 ) -> BatchedPrediction[Any, Any]:
     """Wrap a batch function so single-item callers share forward passes.
 
     The engine behind ``@cached_prediction(cache, batch=True, ...)``; see there
     for the options. ``key(item)`` and ``scope(item)`` take one item. The ttl
-    and admit hooks receive the item as their ``inputs``.
+    and admit hooks receive the item as their ``inputs``. ``encode(result)``
+    turns each item's result into what is stored; ``rebuild(stored)`` turns
+    what a caller gets back into the declared type (``asyncache.rebuild``).
 
     Raises:
         TypeError: ``fn`` does not take one list, or it is sync without ``offload``.
@@ -308,6 +312,12 @@ def batched_prediction(
         if max_concurrent_batches is None:
             # One batch per worker: more would only queue inside the pool.
             max_concurrent_batches = getattr(pool, "max_workers", None)
+    if encode is not None:
+        computes = run_batch
+
+        async def run_batch(items: list[Any]) -> Any:
+            return [_encoded(encode, result) for result in await computes(items)]
+
     batcher: MicroBatcher[Any, Any] = MicroBatcher(
         run_batch,
         max_batch_size=max_batch_size,
@@ -316,7 +326,13 @@ def batched_prediction(
     )
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__  # callable objects too
     name = namespace or f"{fn.__module__}.{qualname}"
-    return _Batched(fn, cache, batcher, cache.key_builder(name, fingerprint).key, name, key, scope)
+    key_of = cache.key_builder(name, fingerprint).key
+    return _Batched(fn, cache, batcher, key_of, name, key, scope, rebuild)
+
+
+def _encoded(encode: Callable[[Any], Any], result: Any) -> Any:
+    """One item's result, encoded; an item's error stays that item's error."""
+    return result if isinstance(result, BaseException) else encode(result)
 
 
 class _Batched:
@@ -333,8 +349,10 @@ class _Batched:
         namespace: str,
         key: Callable[[Any], Any] | None,
         scope: Callable[[Any], Any] | None,
+        rebuild: Callable[[Any], Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
+        self._rebuild = rebuild
         self.cache = cache
         self.namespace = namespace
         self.batcher = batcher
@@ -351,7 +369,11 @@ class _Batched:
 
     async def __call__(self, item: Any, /) -> Any:
         submit = self.batcher.submit
-        return await self.cache.get_or_compute(self.key(item), lambda: submit(item), item)
+        try:
+            value = await self.cache.get_or_compute(self.key(item), lambda: submit(item), item)
+        except ReplayMiss as miss:
+            raise miss.named(self.namespace) from None
+        return value if self._rebuild is None else self._rebuild(value)
 
     async def many(self, items: Iterable[Any], /) -> list[Any]:
         listed = list(items)
@@ -361,13 +383,18 @@ class _Batched:
             return await run_many([listed[index] for index in indices])
 
         keys = [self.key(item) for item in listed]
-        return await self.cache.get_or_compute_many(keys, compute, listed)
+        try:
+            values = await self.cache.get_or_compute_many(keys, compute, listed)
+        except ReplayMiss as miss:
+            raise miss.named(self.namespace) from None
+        rebuild = self._rebuild
+        return values if rebuild is None else [rebuild(value) for value in values]
 
     async def uncached(self, item: Any, /) -> Any:
         results = await self.batcher.run_many([item])
         if isinstance(results[0], BaseException):
             raise results[0]
-        return results[0]
+        return results[0] if self._rebuild is None else self._rebuild(results[0])
 
     async def aclose(self) -> None:
         await self.batcher.aclose()

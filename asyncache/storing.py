@@ -9,6 +9,7 @@ hits in the background, and owns the background tasks ``aclose`` awaits.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import time
@@ -16,13 +17,14 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from .codec import decode, encode
-from .errors import DecodeError
+from .errors import DecodeError, ReplayMiss
 from .guard import StoreGuard
+from .keys import canonical
 from .runtime import spawn
 from .stats import CacheStats, RateLimitedLog
 from .stores.protocol import DecisionStore, Entry
 
-__all__ = ["AdmitHook", "Fingerprint", "StoreSide", "TtlHook"]
+__all__ = ["AdmitHook", "Fingerprint", "StoreSide", "TtlHook", "replay_miss"]
 
 logger = logging.getLogger("asyncache")
 
@@ -201,3 +203,12 @@ class StoreSide:
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
         return spawn(work, self.background)
+
+
+def replay_miss(key: bytes, inputs: Any) -> ReplayMiss:
+    """The error of ``mode="replay"`` for a key the store does not hold."""
+    try:
+        digest = hashlib.blake2b(canonical(inputs), digest_size=6).hexdigest()
+    except TypeError:
+        digest = key[:6].hex()
+    return ReplayMiss(None, digest, key)

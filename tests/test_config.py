@@ -90,6 +90,7 @@ def test_unset_variables_take_their_defaults() -> None:
         "store_timeout": 1.0,
         "coalesce": True,
         "coalesce_timeout": 300.0,
+        "mode": "live",
     }
 
 

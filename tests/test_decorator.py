@@ -146,20 +146,20 @@ async def test_bad_calls_raise_pythons_own_type_error(cache: DecisionCache) -> N
 # -- methods, ignore, key, scope, fingerprint ------------------------------
 
 
-async def test_methods_leave_self_out_of_the_key(cache: DecisionCache) -> None:
+async def test_methods_share_across_instances_with_ignore_self(cache: DecisionCache) -> None:
     class Model:
         def __init__(self, name: str) -> None:
             self.name = name
             self.calls = 0
 
-        @cached_prediction(cache)
+        @cached_prediction(cache, ignore=("self",))
         async def predict(self, text: str) -> str:
             self.calls += 1
             return f"{self.name}:{text}"
 
     first, second = Model("first"), Model("second")
     assert await first.predict("hi") == "first:hi"
-    # The fingerprint identifies the model; another instance shares its decisions.
+    # ignore=("self",) says the instances hold one model: they share its decisions.
     assert await second.predict("hi") == "first:hi"
     assert await second.predict(text="hi") == "first:hi"
     assert (first.calls, second.calls) == (1, 0)
@@ -441,6 +441,8 @@ async def test_a_bound_method_passes_its_instance_to_key_and_uncached() -> None:
     runs: list[str] = []
 
     class Model:
+        fingerprint = "model-v1"
+
         @cached_prediction(cache)
         async def predict(self, text: str, k: int = 1) -> str:
             runs.append(text)

@@ -61,6 +61,10 @@ class DecisionStore(Protocol):
         """Move a live entry's expiry; ``False`` when there is none."""
         ...
 
+    async def delete(self, key: bytes) -> None:
+        """Drop the entry under ``key``, if any (corrupt entries, ``mode="record"``)."""
+        ...
+
     async def prune(self) -> int:
         """Drop expired entries; return how many were dropped (when known)."""
         ...
