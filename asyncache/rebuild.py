@@ -188,7 +188,7 @@ def _generic(tp: Any, origin: Any, context: _Context) -> Rebuild | None:
             raise context.refuse(tp, "stored mappings have string keys only")
         inner = _build(item, context)
         return None if inner is None else _dict_of(inner)
-    if isinstance(origin, type) and (dataclasses.is_dataclass(origin) or _is_model(origin)):
+    if isinstance(origin, type):  # a generic dataclass or model, NDArray[...], set[int]
         return _class(origin, context)
     raise context.refuse(tp, f"{origin!r} has no stored form to rebuild it from")
 

@@ -35,7 +35,7 @@ class StoreContract:
     Each test checks one rule of the contract that the engine relies on:
     ``add`` keeps a live entry and returns it (the first decision wins),
     expired entries are never returned, values and keys are exact bytes,
-    ``get_many`` and ``add_many`` answer in order, ``renew``, ``prune``,
+    ``get_many`` and ``add_many`` answer in order, ``renew``, ``delete``, ``prune``,
     ``count`` and ``clear`` do what they say, and concurrent calls from one
     event loop agree. A persistent store should also be tested across
     processes; this suite runs in one.
@@ -94,6 +94,26 @@ class StoreContract:
         assert second.expires_at == expires_at
         got = await store.get(_key(1))
         assert got is not None and got.value == b"first"
+
+    async def test_delete_then_add_replaces(self, store: DecisionStore) -> None:
+        """``delete`` drops a live entry, so the next ``add`` stores its own (``mode="record"``);
+        other keys keep theirs."""
+        await store.add(_key(1), b"old", time.time() + HOUR)
+        await store.add(_key(2), b"other", None)
+        await store.delete(_key(1))
+        assert await store.get(_key(1)) is None
+        added = await store.add(_key(1), b"new", None)
+        assert added == Entry(b"new", None)
+        assert await store.get(_key(1)) == Entry(b"new", None)
+        assert await store.get(_key(2)) == Entry(b"other", None)
+
+    async def test_delete_of_a_missing_key_does_nothing(self, store: DecisionStore) -> None:
+        """Deleting a key that holds nothing is not an error and drops nothing else."""
+        await store.add(_key(2), b"kept", None)
+        await store.delete(_key(1))
+        await store.delete(_key(1))
+        assert await store.get(_key(1)) is None
+        assert await store.get(_key(2)) == Entry(b"kept", None)
 
     async def test_keys_are_distinct(self, store: DecisionStore) -> None:
         """Entries under different keys do not mix."""

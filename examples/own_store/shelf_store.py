@@ -50,7 +50,7 @@ class ShelfStore:
         self._shelf[key] = entry._replace(expires_at=expires_at)
         return True
 
-    async def delete(self, key: bytes) -> None:  # optional: the engine drops corrupt entries
+    async def delete(self, key: bytes) -> None:  # corrupt entries, mode="record"
         self._shelf.pop(key, None)
 
     async def prune(self) -> int:
