@@ -110,8 +110,8 @@ def cached_prediction(
     scope: Callable[..., Any] | None = ...,
     fingerprint: str | dict[str, Any] | None = ...,
     offload: None = ...,
-    encode: Callable[[R], Any] | None = ...,
-    decode: Callable[[Any], R] | None = ...,
+    encode: Callable[[Any], Any] | None = ...,
+    decode: Callable[[Any], Any] | None = ...,
 ) -> Callable[[Callable[P, Awaitable[R]]], CachedPrediction[P, R]]: ...
 
 
@@ -125,8 +125,8 @@ def cached_prediction(
     scope: Callable[..., Any] | None = ...,
     fingerprint: str | dict[str, Any] | None = ...,
     offload: str | Offload,
-    encode: Callable[[R], Any] | None = ...,
-    decode: Callable[[Any], R] | None = ...,
+    encode: Callable[[Any], Any] | None = ...,
+    decode: Callable[[Any], Any] | None = ...,
 ) -> Callable[[Callable[P, R]], CachedPrediction[P, R]]: ...
 
 

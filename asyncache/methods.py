@@ -3,7 +3,8 @@
 A method's receiver is keyed by what identifies its model, never by its
 identity alone: ``__cache_fingerprint__`` (an attribute, or a method that
 returns it), else ``fingerprint`` (what every adapter in ``asyncache.adapters``
-exposes). Two instances holding different models then never share a decision,
+exposes), else the ``fingerprint`` of its ``model`` attribute (a service holding
+an adapter). Two instances holding different models then never share a decision,
 and two processes holding the same model do. An instance that offers neither
 is keyed by a token of its own (its decisions are never shared, not even with
 the next process), and its class gets one warning naming the two ways to say
@@ -51,6 +52,9 @@ class Receiver:
         found = getattr(instance, "__cache_fingerprint__", _ABSENT)
         if found is _ABSENT or found is None:
             found = getattr(instance, "fingerprint", _ABSENT)
+        if found is _ABSENT or found is None:
+            # A service holding an adapter (self.model = OnnxModel(...)): the model's.
+            found = getattr(getattr(instance, "model", None), "fingerprint", _ABSENT)
         if found is not _ABSENT and found is not None:
             return found() if callable(found) else found
         return ["\x00instance", self._token(instance)]
