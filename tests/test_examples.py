@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -88,6 +89,16 @@ CHECKS: dict[str, Check] = {
         runs=2,
         # The second process finds both answers in decisions.sqlite: two hits.
         second_stdout=(r"^shipping$", r"^shipping$", r"^2$"),
+    ),
+    "typed_results.py": Check(
+        stdout=(
+            r"^miss: Decision Label\.SPAM \(Span\(start=0, end=4\), Span\(start=12, end=16\)\)$",
+            r"^hit:  Decision Label\.SPAM equal: True$",
+            r"^hits: 1$",
+            r"^strict: Label\.HAM, lenient: Label\.SPAM$",
+            r"^TypeError: main\.<locals>\.tokenize is annotated to return Opaque",
+            r"^hooks: Opaque \['a', 'b', 'c'\] then Opaque$",
+        )
     ),
     "decorator_basics.py": Check(
         stdout=(
@@ -295,3 +306,73 @@ def test_example(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> N
         _expect(check.stderr, result.stderr, f"{name} stderr (run {run + 1})")
         if not check.stderr:
             assert not result.stderr.strip(), f"{name} wrote to stderr\n{output}"
+
+
+# The record/replay recipe (docs/record-replay.md): a project of its own, copied to a fresh
+# directory. Its tests replay the committed decisions.sqlite; recording again makes the same.
+RECIPE = EXAMPLES / "record_replay"
+RECIPE_FILES = ("triage.py", "record.py", "conftest.py", "test_triage.py", "pytest.ini")
+RECORDED = (
+    r"^'Where is my parcel\? I need it ASAP': shipping \(urgent\)$",
+    r"^'Please send the invoice for order 1234': billing$",
+    r"^'I want a refund!': billing \(urgent\)$",
+    r"^'How do I change my password\?': other$",
+    r"^mode: record, model calls: 4$",
+)
+
+
+def _recipe(tmp_path: Path, *, recorded: bool) -> Path:
+    for name in RECIPE_FILES + (("decisions.sqlite",) if recorded else ()):
+        shutil.copy(RECIPE / name, tmp_path / name)
+    return tmp_path
+
+
+def _recipe_env() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ASYNCACHE_", "PYTEST_")) and k != "PYTHONWARNINGS"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _replay_in_ci(project: Path) -> str:
+    """Run the recipe's tests as CI would; return pytest's output."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        env=_recipe_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    output = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 0, output
+    _expect((r"^5 passed",), result.stdout, "record_replay tests")
+    return output
+
+
+def test_the_recipe_replays_the_committed_decisions(tmp_path: Path) -> None:
+    require(_module_available("aiosqlite"), "the recipe needs aiosqlite")
+    project = _recipe(tmp_path, recorded=True)
+    before = (project / "decisions.sqlite").read_bytes()
+    _replay_in_ci(project)
+    # Replaying reads: the committed file is left as it was.
+    assert (project / "decisions.sqlite").read_bytes() == before
+
+
+def test_the_recipe_records_what_its_tests_replay(tmp_path: Path) -> None:
+    require(_module_available("aiosqlite"), "the recipe needs aiosqlite")
+    project = _recipe(tmp_path, recorded=False)
+    env = _recipe_env()
+    env.update(ASYNCACHE_MODE="record", ASYNCACHE_STORE_URL="sqlite:///decisions.sqlite")
+    result = _run(project / "record.py", project, env, 60.0)
+    assert result.returncode == 0, result.stderr
+    _expect(RECORDED, result.stdout, "record.py")
+    assert not result.stderr.strip(), result.stderr
+    _replay_in_ci(project)
+    # Recording again replaces every decision and runs the model for each ticket.
+    again = _run(project / "record.py", project, env, 60.0)
+    _expect(RECORDED, again.stdout, "record.py, again")
