@@ -283,6 +283,13 @@ def _wrap(
     """The cached function: the hit path without another coroutine, the rest in the engine."""
     get_or_compute = cache.engine.get_or_compute
     hit_now = cache.engine.hit_now
+
+    async def compute(cache_key: bytes, inputs: Any, args: Any, kwargs: Any) -> Any:
+        try:
+            return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
+        except ReplayMiss as miss:
+            raise miss.named(name) from None  # the engine knows the key, not the function
+
     if key is None and scope is None:
         make = binder.make if binder.make is not None else dict
         count = binder.count if binder.make is not None else -1
@@ -301,10 +308,7 @@ def _wrap(
             value = hit_now(cache_key)
             if value is not MISS:
                 return value
-            try:
-                return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
-            except ReplayMiss as miss:
-                raise miss.named(name) from None
+            return await compute(cache_key, inputs, args, kwargs)
 
     else:
 
@@ -316,10 +320,7 @@ def _wrap(
             value = hit_now(cache_key)
             if value is not MISS:
                 return value
-            try:
-                return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
-            except ReplayMiss as miss:
-                raise miss.named(name) from None
+            return await compute(cache_key, inputs, args, kwargs)
 
     return wrapper
 

@@ -44,13 +44,20 @@ class Receiver:
     def __init__(self, where: str) -> None:
         self.where = where
         self._warned: set[type] = set()
+        self._dunder: dict[type, bool] = {}
         self._tokens: dict[int, str] = {}
         self._salt = os.urandom(8).hex()
         self._count = itertools.count()
 
     def __call__(self, instance: Any) -> Any:
-        found = getattr(instance, "__cache_fingerprint__", _ABSENT)
-        if found is _ABSENT or found is None:
+        kind = type(instance)
+        dunder = self._dunder.get(kind)
+        if dunder is None:
+            # A class says __cache_fingerprint__ in its body; asked once per class, it saves
+            # a failing attribute lookup on every call of the classes that do not.
+            dunder = self._dunder[kind] = hasattr(kind, "__cache_fingerprint__")
+        found = instance.__cache_fingerprint__ if dunder else None
+        if found is None:
             found = getattr(instance, "fingerprint", _ABSENT)
         if found is _ABSENT or found is None:
             # A service holding an adapter (self.model = OnnxModel(...)): the model's.

@@ -15,6 +15,18 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def subprocess_env(root: str) -> dict[str, str]:
+    """The environment for a child process run as a project of its own would be: no
+    ``ASYNCACHE_*``, pytest or warning settings of ours, and ``root`` importable."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ASYNCACHE_", "PYTEST_")) and k != "PYTHONWARNINGS"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip when ``condition`` is false; under ``CI=true`` fail instead.
 

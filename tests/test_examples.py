@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import require
+from .support import require, subprocess_env
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_MODULES = (
@@ -328,13 +328,7 @@ def _recipe(tmp_path: Path, *, recorded: bool) -> Path:
 
 
 def _recipe_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ASYNCACHE_", "PYTEST_")) and k != "PYTHONWARNINGS"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
+    return subprocess_env(str(ROOT))
 
 
 def _replay_in_ci(project: Path) -> str:

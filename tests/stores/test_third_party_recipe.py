@@ -11,7 +11,6 @@ that the contract can fail, and on the rule that was broken.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from asyncache.testing import LeaseStoreContract, StoreContract
+from tests.support import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "examples" / "own_store"
@@ -52,13 +52,7 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ASYNCACHE_", "PYTEST_")) and k != "PYTHONWARNINGS"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
+    return subprocess_env(str(ROOT))
 
 
 def _pytest(project: Path, *args: str) -> dict[str, str]:
@@ -130,6 +124,7 @@ from shelf_store import ShelfStore
 
 from asyncache import Entry
 from asyncache.testing import LeaseStoreContract, StoreContract
+from tests.support import subprocess_env
 
 
 class OverwritingStore(ShelfStore):
