@@ -66,15 +66,24 @@ class _Context:
         self.where = where
         self.localns = dict(localns or {})
         self.building: dict[Any, list[Rebuild | None]] = {}
+        # At decoration a name may not be defined yet (a class further down the module).
+        self.lazy = True
 
     def hints(self, owner: Any) -> dict[str, Any]:
+        # A failure names the class, or the function's return annotation as written.
+        named = owner if isinstance(owner, type) else owner.__annotations__.get("return")
         try:
             return typing.get_type_hints(owner, localns=self.localns)
+        except NameError as exc:
+            if self.lazy:
+                raise _NotYet from None  # defined later in the module: resolved on first use
+            why = f"{exc}; import it at run time, not only under TYPE_CHECKING"
+            raise self.refuse(named, why) from None
         except Exception as exc:
-            raise self.refuse(owner, f"its annotations cannot be resolved ({exc})") from None
+            raise self.refuse(named, f"its annotations cannot be resolved ({exc})") from None
 
     def refuse(self, tp: Any, why: str) -> TypeError:
-        name = getattr(tp, "__qualname__", None) or repr(tp)
+        name = tp if isinstance(tp, str) else getattr(tp, "__qualname__", None) or repr(tp)
         return TypeError(
             f"{self.where} is annotated to return {name}, which asyncache cannot rebuild "
             f"from a stored decision: {why}. Pass encode= (the result to plain JSON) and "
@@ -102,9 +111,34 @@ def rebuilder(
     where = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     context = _Context(where, localns)
     target = fn if hasattr(fn, "__annotations__") else type(fn).__call__
-    annotations = getattr(target, "__annotations__", {})
-    if "return" not in annotations:
+    if "return" not in getattr(target, "__annotations__", {}):
         return None
+    try:
+        return _resolve(target, item, context)
+    except _NotYet:
+        return _later(target, item, context)
+
+
+class _NotYet(Exception):
+    """An annotation names what is not defined yet."""
+
+
+def _later(target: Callable[..., Any], item: bool, context: _Context) -> Rebuild:
+    """A rebuild that resolves the annotation on its first use (a forward reference)."""
+    resolved: list[Rebuild | None] = []
+
+    def rebuild(value: Any) -> Any:
+        if not resolved:
+            context.lazy = False
+            context.building.clear()
+            resolved.append(_resolve(target, item, context))
+        chosen = resolved[0]
+        return value if chosen is None else chosen(value)
+
+    return rebuild
+
+
+def _resolve(target: Callable[..., Any], item: bool, context: _Context) -> Rebuild | None:
     returned = context.hints(target).get("return", Any)
     if item:
         origin = typing.get_origin(returned)

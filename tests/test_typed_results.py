@@ -312,3 +312,34 @@ async def test_plain_json_results_are_not_wrapped() -> None:
     async with DecisionCache() as cache:
         assert cached_prediction(cache)(plain).__code__.co_name == "wrapper"
         assert cached_prediction(cache)(typed).__code__.co_name == "typed"
+
+
+FORWARD = DecisionCache()
+
+
+@cached_prediction(FORWARD)
+async def defined_before_its_type(x: int) -> DefinedLater:
+    return DefinedLater(x, (x, x))
+
+
+@cached_prediction(FORWARD)
+async def typed_only_for_checkers(x: int) -> NeverImported:  # type: ignore[name-defined]  # noqa: F821
+    return {"x": x}
+
+
+@dataclasses.dataclass
+class DefinedLater:
+    x: int
+    pair: tuple[int, int]
+
+
+async def test_a_type_defined_after_the_function_is_resolved_on_first_use() -> None:
+    for _ in range(2):
+        answer = await defined_before_its_type(1)
+        assert answer == DefinedLater(1, (1, 1)) and type(answer.pair) is tuple
+    assert FORWARD.stats()["hits"] == 1
+
+
+async def test_a_type_never_defined_at_run_time_fails_naming_it() -> None:
+    with pytest.raises(TypeError, match=r"NeverImported.*TYPE_CHECKING.*decode="):
+        await typed_only_for_checkers(1)
