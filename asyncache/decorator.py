@@ -20,7 +20,7 @@ from typing import (
 from .binding import Binder
 from .cache import DecisionCache
 from .engine import MISS
-from .errors import ReplayMiss
+from .errors import DecodeError, ReplayMiss
 from .methods import CachedMethod
 from .rebuild import Rebuild, caller_names, rebuilder
 
@@ -247,12 +247,13 @@ def cached_prediction(
         name = namespace or f"{fn.__module__}.{fn.__qualname__}"
         builder = cache.key_builder(name, fingerprint)
         wrapper = _wrap(fn, cache, binder, run, name, key, scope, builder.key)
-        if rebuild is not None:
-            wrapper = _typed(fn, wrapper, rebuild)
 
         def make_key(*args: Any, **kwargs: Any) -> bytes:
             inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
             return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
+
+        if rebuild is not None:
+            wrapper = _typed(fn, wrapper, rebuild, cache, make_key)
 
         async def uncached(*args: Any, **kwargs: Any) -> Any:
             return await raw(*args, **kwargs)
@@ -326,12 +327,29 @@ def _wrap(
 
 
 def _typed(
-    fn: Callable[..., Any], plain: Callable[..., Awaitable[Any]], rebuild: Rebuild
+    fn: Callable[..., Any],
+    plain: Callable[..., Awaitable[Any]],
+    rebuild: Rebuild,
+    cache: DecisionCache,
+    make_key: Callable[..., bytes],
 ) -> Callable[..., Awaitable[Any]]:
-    """``plain``, its answers rebuilt into the declared type (only functions that need it)."""
+    """``plain``, its answers rebuilt into the declared type (only functions that need it).
+
+    A stored decision that no longer fits the type (a field added to the
+    dataclass since it was stored) is a corrupt entry: deleted, counted, and
+    computed again; a fresh result that does not fit its annotation raises.
+    """
 
     @functools.wraps(fn)
     async def typed(*args: Any, **kwargs: Any) -> Any:
+        value = await plain(*args, **kwargs)
+        try:
+            return rebuild(value)
+        except Exception as exc:
+            if not cache.enabled:
+                raise  # the function's own result: nothing stored to blame
+            stale = DecodeError(f"the stored decision does not fit the return type: {exc!r}")
+            await cache.engine.discard_corrupt(make_key(*args, **kwargs), stale)
         return rebuild(await plain(*args, **kwargs))
 
     return typed

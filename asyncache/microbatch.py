@@ -16,12 +16,12 @@ function that raises fails every caller of that batch and no other.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from .errors import OffloadError, ReplayMiss
+from .batched import Batched
+from .errors import OffloadError
 
 if TYPE_CHECKING:
     from .cache import DecisionCache
@@ -327,74 +327,9 @@ def batched_prediction(
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__  # callable objects too
     name = namespace or f"{fn.__module__}.{qualname}"
     key_of = cache.key_builder(name, fingerprint).key
-    return _Batched(fn, cache, batcher, key_of, name, key, scope, rebuild)
+    return Batched(fn, cache, batcher, key_of, name, key, scope, rebuild)
 
 
 def _encoded(encode: Callable[[Any], Any], result: Any) -> Any:
     """One item's result, encoded; an item's error stays that item's error."""
     return result if isinstance(result, BaseException) else encode(result)
-
-
-class _Batched:
-    """The callable ``batched_prediction`` returns (it implements ``BatchedPrediction``)."""
-
-    __wrapped__: Callable[..., Any]
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        cache: DecisionCache,
-        batcher: MicroBatcher[Any, Any],
-        key_of: Callable[[Any, Any], bytes],
-        namespace: str,
-        key: Callable[[Any], Any] | None,
-        scope: Callable[[Any], Any] | None,
-        rebuild: Callable[[Any], Any] | None = None,
-    ) -> None:
-        functools.update_wrapper(self, fn)
-        self._rebuild = rebuild
-        self.cache = cache
-        self.namespace = namespace
-        self.batcher = batcher
-        self._key_of = key_of
-        self._inputs = key
-        self._scope = scope
-
-    def __repr__(self) -> str:
-        return f"<batched prediction {self.namespace} {self.batcher!r}>"
-
-    def key(self, item: Any, /) -> bytes:
-        inputs = item if self._inputs is None else self._inputs(item)
-        return self._key_of(inputs, None if self._scope is None else self._scope(item))
-
-    async def __call__(self, item: Any, /) -> Any:
-        submit = self.batcher.submit
-        try:
-            value = await self.cache.get_or_compute(self.key(item), lambda: submit(item), item)
-        except ReplayMiss as miss:
-            raise miss.named(self.namespace) from None
-        return value if self._rebuild is None else self._rebuild(value)
-
-    async def many(self, items: Iterable[Any], /) -> list[Any]:
-        listed = list(items)
-        run_many = self.batcher.run_many
-
-        async def compute(indices: list[int]) -> list[Any]:
-            return await run_many([listed[index] for index in indices])
-
-        keys = [self.key(item) for item in listed]
-        try:
-            values = await self.cache.get_or_compute_many(keys, compute, listed)
-        except ReplayMiss as miss:
-            raise miss.named(self.namespace) from None
-        rebuild = self._rebuild
-        return values if rebuild is None else [rebuild(value) for value in values]
-
-    async def uncached(self, item: Any, /) -> Any:
-        results = await self.batcher.run_many([item])
-        if isinstance(results[0], BaseException):
-            raise results[0]
-        return results[0] if self._rebuild is None else self._rebuild(results[0])
-
-    async def aclose(self) -> None:
-        await self.batcher.aclose()

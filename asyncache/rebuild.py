@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, Sequence
 from typing import Any
 
-__all__ = ["Rebuild", "rebuilder"]
+__all__ = ["Rebuild", "caller_names", "rebuild_each", "rebuilder"]
 
 Rebuild = Callable[[Any], Any]
 
@@ -307,6 +307,21 @@ def _dataclass(tp: type, context: _Context) -> Rebuild:
 def _is_model(tp: type) -> bool:
     """A pydantic model (duck-typed: the core never imports pydantic)."""
     return hasattr(tp, "model_validate") and hasattr(tp, "model_fields")
+
+
+def rebuild_each(
+    rebuild: Rebuild, keys: Sequence[bytes], values: Sequence[Any]
+) -> tuple[list[Any], dict[bytes, Exception]]:
+    """Each value rebuilt, and the keys whose value does not fit (with why)."""
+    rebuilt: list[Any] = []
+    stale: dict[bytes, Exception] = {}
+    for key, value in zip(keys, values, strict=True):
+        try:
+            rebuilt.append(rebuild(value))
+        except Exception as exc:
+            stale[key] = exc
+            rebuilt.append(value)
+    return rebuilt, stale
 
 
 def caller_names(depth: int = 2) -> Mapping[str, Any]:

@@ -343,3 +343,56 @@ async def test_a_type_defined_after_the_function_is_resolved_on_first_use() -> N
 async def test_a_type_never_defined_at_run_time_fails_naming_it() -> None:
     with pytest.raises(TypeError, match=r"NeverImported.*TYPE_CHECKING.*decode="):
         await typed_only_for_checkers(1)
+
+
+async def test_a_decision_stored_before_the_type_changed_is_recomputed() -> None:
+    @dataclasses.dataclass
+    class Before:
+        label: str
+
+    @dataclasses.dataclass
+    class After:
+        label: str
+        score: float  # added since: the stored decisions lack it
+
+    async def old(text: str) -> Before:
+        return Before(text)
+
+    async def new(text: str) -> After:
+        return After(text, 0.5)
+
+    async with DecisionCache() as cache:
+        assert await cached_prediction(cache, namespace="triage")(old)("a") == Before("a")
+        upgraded = cached_prediction(cache, namespace="triage")(new)
+        assert await upgraded("a") == After("a", 0.5)  # not a TypeError from the old entry
+        assert await upgraded("a") == After("a", 0.5)
+        stats = cache.stats()
+        assert (stats["corrupt"], stats["hits"], stats["stores"]) == (1, 2, 2)
+
+
+async def test_a_result_that_does_not_fit_its_annotation_raises() -> None:
+    async def wrong(text: str) -> Span:
+        return {"start": 1}  # type: ignore[return-value]
+
+    async with DecisionCache() as cache:
+        with pytest.raises(TypeError, match="end"):
+            await cached_prediction(cache)(wrong)("a")
+
+
+async def test_a_batch_recomputes_items_stored_before_the_type_changed() -> None:
+    async with DecisionCache() as cache:
+
+        @cached_prediction(cache, batch=True, namespace="spans")
+        async def old(texts: list[str]) -> list[dict[str, int]]:
+            return [{"start": len(text)} for text in texts]
+
+        @cached_prediction(cache, batch=True, namespace="spans")
+        async def new(texts: list[str]) -> list[Span]:
+            return [Span(len(text), 0) for text in texts]
+
+        assert await old.many(["a", "bb"]) == [{"start": 1}, {"start": 2}]
+        assert await new.many(["a", "bb", "ccc"]) == [Span(1, 0), Span(2, 0), Span(3, 0)]
+        assert await new("a") == Span(1, 0)
+        assert cache.stats()["corrupt"] == 2
+        await old.aclose()
+        await new.aclose()
