@@ -40,7 +40,13 @@ ENVIRONMENT: tuple[Setting, ...] = (
     Setting("STORE_TIMEOUT", "store_timeout", "seconds", "1.0", "a slower store call is a miss"),
     Setting("COALESCE", "coalesce", "bool", "true", "identical misses share one computation"),
     Setting("COALESCE_TIMEOUT", "coalesce_timeout", "seconds", "300", "longest wait on a flight"),
-    Setting("MODE", "mode", "mode", "live", "live, shadow, record (compute, store) or replay"),
+    Setting(
+        "MODE",
+        "mode",
+        "mode",
+        "live",
+        "live, shadow, record (compute, replace) or replay (store only)",
+    ),
 )
 _MODES = ("live", "shadow", "record", "replay")
 
