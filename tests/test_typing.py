@@ -1,6 +1,6 @@
 """Cached functions and methods type-check as the user wrote them, under mypy and pyright.
 
-``tests/typing/usage.py`` calls them right and wrong; each checker must report
+``tests/typechecks/usage.py`` calls them right and wrong; each checker must report
 exactly the lines marked ``# wrong:``, no fewer (a wrong call slipping through)
 and no more (a false error on a right one, as a method's ``self`` once was).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from .support import require
 
 ROOT = Path(__file__).resolve().parent.parent
-USAGE = ROOT / "tests" / "typing" / "usage.py"
+USAGE = ROOT / "tests" / "typechecks" / "usage.py"
 
 
 def _wrong_lines() -> set[int]:
