@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -182,6 +182,20 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         await self.clear()
+
+    async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
+        """Yield the live entries, least recently used first, without touching their order."""
+        # A snapshot: callers may get and add between batches, which reorders the dict.
+        snapshot = list(self._data.items())
+        for start in range(0, len(snapshot), batch_size):
+            now = time.time()
+            batch = [
+                (key, entry)
+                for key, entry in snapshot[start : start + batch_size]
+                if entry.expires_at is None or entry.expires_at > now
+            ]
+            if batch:
+                yield batch
 
     async def describe(self) -> dict[str, Any]:
         """What this process's memory holds, for ``asyncache stats``.
