@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..redact import redact_url
-from .common import USAGE, CliError, load_rich, open_url
-from .entries import Moved, add_batch, plural, walk
+from .common import USAGE, CliError, entry_count, load_rich, open_url
+from .entries import Moved, add_batch, walk
 
 __all__ = ["progress_bar", "run", "summary_lines"]
 
@@ -34,18 +34,18 @@ def summary_lines(moved: Moved, namespace: str | None) -> list[str]:
     """The lines under a copy's or an import's first line, for what was not added."""
     lines = []
     if moved.same:
-        lines.append(f"  {plural(moved.same, 'entry', 'entries')} already there")
+        lines.append(f"  {entry_count(moved.same)} already there")
     if moved.kept:
         lines.append(
-            f"  {plural(moved.kept, 'entry', 'entries')} kept as the destination had them "
+            f"  {entry_count(moved.kept)} kept as the destination had them "
             "(a live decision there wins)"
         )
     if moved.skipped:
         reason = f"not of namespace {namespace!r}" if namespace is not None else "expired"
-        lines.append(f"  {plural(moved.skipped, 'entry', 'entries')} skipped: {reason}")
+        lines.append(f"  {entry_count(moved.skipped)} skipped: {reason}")
     if moved.unreadable:
         lines.append(
-            f"  {plural(moved.unreadable, 'entry', 'entries')} skipped: "
+            f"  {entry_count(moved.unreadable)} skipped: "
             "not an asyncache value, no namespace to read"
         )
     return lines
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**moved.as_dict(), "seconds": round(seconds, 3)}, indent=2))
         return 0
-    print(f"copied {plural(moved.added, 'entry', 'entries')} from {src} to {dst} in {seconds:.2f}s")
+    print(f"copied {entry_count(moved.added)} from {src} to {dst} in {seconds:.2f}s")
     for line in summary_lines(moved, args.namespace):
         print(line)
     return 0

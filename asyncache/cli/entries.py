@@ -28,17 +28,11 @@ __all__ = [
     "add_batch",
     "entry_line",
     "parse_line",
-    "plural",
     "walk",
 ]
 
 BATCH = 500
 """Entries read, and added, per round trip."""
-
-
-def plural(count: int, one: str, many: str | None = None) -> str:
-    """``1 entry``, ``2 entries``, ``1,024 entries``."""
-    return f"{count:,} {one if count == 1 else (many or one + 's')}"
 
 
 @dataclass

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TextIO
 
 from ..redact import redact_url
-from .common import CliError, load_rich, open_url
+from .common import CliError, entry_count, load_rich, open_url
 from .copy import progress_bar
-from .entries import Moved, entry_line, plural, walk
+from .entries import Moved, entry_line, walk
 
 __all__ = ["run"]
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(
-        f"exported {plural(moved.added, 'entry', 'entries')} from {redact_url(args.url)}",
+        f"exported {entry_count(moved.added)} from {redact_url(args.url)}",
         file=sys.stderr,
     )
     return 0

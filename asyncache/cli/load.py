@@ -12,9 +12,9 @@ from typing import Any
 
 from ..redact import redact_url
 from ..stores.protocol import Entry, is_live
-from .common import CliError, load_rich, open_url
+from .common import CliError, entry_count, load_rich, open_url
 from .copy import progress_bar, summary_lines
-from .entries import BATCH, Moved, add_batch, parse_line, plural
+from .entries import BATCH, Moved, add_batch, parse_line
 
 __all__ = ["read_entries", "run"]
 
@@ -42,10 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**moved.as_dict(), "seconds": round(seconds, 3)}, indent=2))
         return 0
-    print(
-        f"imported {plural(moved.added, 'entry', 'entries')} into {redact_url(args.url)} "
-        f"in {seconds:.2f}s"
-    )
+    print(f"imported {entry_count(moved.added)} into {redact_url(args.url)} in {seconds:.2f}s")
     for line in summary_lines(moved, None):
         print(line)
     return 0

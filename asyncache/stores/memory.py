@@ -77,8 +77,10 @@ class MemoryStore:
     def from_url(cls, url: str) -> MemoryStore:
         """A store from ``memory://?max_entries=1000&max_bytes=...&max_entry_bytes=...``.
 
+        Each bound is a positive integer, or ``none`` for no bound.
+
         Raises:
-            ConfigurationError: an option is unknown or not an integer.
+            ConfigurationError: an option is unknown, or neither a positive integer nor none.
         """
         from urllib.parse import parse_qsl, urlsplit  # here: it costs `import asyncache` 2 ms
 
@@ -252,18 +254,31 @@ class MemoryStore:
             self.evictions += 1
 
 
-def memory_options(options: dict[str, str]) -> dict[str, int]:
-    """Parse a memory URL's ``max_entries``, ``max_bytes`` and ``max_entry_bytes``."""
+def memory_options(options: dict[str, str]) -> dict[str, int | None]:
+    """Parse a memory URL's ``max_entries``, ``max_bytes`` and ``max_entry_bytes``.
+
+    Each is a positive integer, or ``none`` for no bound (``max_entries=none``).
+    """
     known = {"max_entries", "max_bytes", "max_entry_bytes"}
     unknown = set(options) - known
     if unknown:
         raise ConfigurationError(
             f"unknown memory store option(s) {sorted(unknown)}; known: {sorted(known)}"
         )
-    parsed: dict[str, int] = {}
+    parsed: dict[str, int | None] = {}
     for name, value in options.items():
+        if value.strip().lower() == "none":
+            parsed[name] = None
+            continue
         try:
-            parsed[name] = int(value)
+            number = int(value)
         except ValueError:
-            raise ConfigurationError(f"store option {name}={value!r} is not an integer") from None
+            raise ConfigurationError(
+                f"store option {name}={value!r} is not an integer (or none, for no bound)"
+            ) from None
+        if number <= 0:
+            raise ConfigurationError(
+                f"store option {name}={value!r} must be positive (or none, for no bound)"
+            )
+        parsed[name] = number
     return parsed
