@@ -83,6 +83,16 @@ CHECKS: dict[str, Check] = {
         ),
         needs_modules=("prometheus_client",),
     ),
+    "otel_tracing.py": Check(
+        stdout=(
+            r"^span model\.forward \(inside asyncache\.miss\)$",
+            r"^span asyncache\.miss$",
+            r"^  outcome=computed namespace=sentiment coalesced_waiters=2 compute_seconds>0: True$",
+            r"^asyncache\.hits \[1\]$",
+            r"^asyncache\.misses \[3\]$",
+        ),
+        needs_modules=("opentelemetry.sdk",),
+    ),
     "quickstart.py": Check(
         stdout=(r"^shipping$", r"^shipping$", r"^1$"),
         runs=2,
