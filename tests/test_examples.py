@@ -83,6 +83,14 @@ CHECKS: dict[str, Check] = {
         ),
         needs_modules=("prometheus_client",),
     ),
+    "asgi_frameworks.py": Check(
+        stdout=tuple(
+            rf"^{name}: miss refund, hit refund, bypass refund; "
+            r"set-cookie: \['miss', 'miss'\]; app calls: 4$"
+            for name in ("litestar", "quart", "django")
+        ),
+        needs_modules=("litestar", "quart", "django", "uvicorn", "httpx"),
+    ),
     "otel_tracing.py": Check(
         stdout=(
             r"^span model\.forward \(inside asyncache\.miss\)$",
