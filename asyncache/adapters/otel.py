@@ -38,25 +38,26 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from .. import __version__
 from ..cache import DecisionCache
+from ..meanings import COUNTER_MEANINGS
 
 __all__ = ["COUNTERS", "OpenTelemetryInstrumentation", "instrument"]
 
 logger = logging.getLogger("asyncache")
 
-COUNTERS: dict[str, str] = {
-    "hits": "Lookups answered from the store.",
-    "misses": "Lookups that found no usable decision.",
-    "coalesced": "Misses that waited for a computation already running in this process.",
-    "stores": "Decisions this cache added to the store.",
-    "conflicts": "Adds where another writer's decision won.",
-    "bypassed": "Calls that skipped the cache (disabled).",
-    "not_admitted": "Results not stored because of the ttl or the admit hook.",
-    "too_large": "Results not stored because they exceeded max_entry_bytes.",
-    "errors": "Store calls that failed or timed out.",
-    "corrupt": "Stored values that failed to decode (deleted).",
-    "renewals": "Expiries pushed out on hits.",
-    "compute_seconds_saved": "Compute seconds hits saved.",
-}
+COUNTERS: tuple[str, ...] = (
+    "hits",
+    "misses",
+    "coalesced",
+    "stores",
+    "conflicts",
+    "bypassed",
+    "not_admitted",
+    "too_large",
+    "errors",
+    "corrupt",
+    "renewals",
+    "compute_seconds_saved",
+)
 """The ``cache.stats()`` fields exported as ``asyncache.<field>`` counters."""
 
 # The span of the flight running in this task, for on_compute to annotate.
@@ -92,17 +93,17 @@ class OpenTelemetryInstrumentation:
         self.tracer = trace.get_tracer("asyncache", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("asyncache", __version__, meter_provider=meter_provider)
         self._cache = weakref.ref(cache)
-        for field, description in COUNTERS.items():
+        for field in COUNTERS:
             meter.create_observable_counter(
                 f"asyncache.{field}",
                 callbacks=[self._reader(field)],
                 unit="s" if field.endswith("seconds_saved") else "1",
-                description=description,
+                description=COUNTER_MEANINGS[field],
             )
         meter.create_observable_up_down_counter(
             "asyncache.in_flight",
             callbacks=[self._reader("in_flight")],
-            description="Computations running now.",
+            description=COUNTER_MEANINGS["in_flight"],
         )
         self.compute_duration = meter.create_histogram(
             "asyncache.compute.duration",

@@ -8,7 +8,6 @@ response that sets a cookie is neither stored nor handed to anyone else.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,11 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from tests.support import free_port, require
+from tests.support import require
 
-from . import wait_until
+from . import on_loopback
 
 FRAMEWORKS = ("litestar", "quart", "django")
 
@@ -34,27 +32,10 @@ def _examples() -> ModuleType:
 
 @asynccontextmanager
 async def serving(app: Any, name: str) -> AsyncIterator[httpx.AsyncClient]:
-    port = free_port()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        http="h11",
-        ws="none",
-        lifespan="off" if name == "django" else "on",
-        log_level="warning",
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        await wait_until(lambda: server.started or task.done(), "uvicorn is listening")
-        if task.done():
-            task.result()
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+    # Django's ASGI handler speaks http only: no lifespan.
+    async with on_loopback(app, lifespan="off" if name == "django" else "on") as url:
+        async with httpx.AsyncClient(base_url=url) as client:
             yield client
-    finally:
-        server.should_exit = True
-        await task
 
 
 @pytest.fixture(params=FRAMEWORKS)
