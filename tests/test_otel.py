@@ -126,6 +126,8 @@ async def test_hit_and_miss_counters_and_the_compute_histogram(telemetry: Teleme
     assert metrics["asyncache.misses"] == [(labels, 2)]
     assert metrics["asyncache.stores"] == [(labels, 2)]
     assert metrics["asyncache.in_flight"] == [(labels, 0)]
+    assert metrics["asyncache.hit_rate"] == [(labels, 0.5)]
+    assert metrics["asyncache.lease_waits"] == [(labels, 0)]
     [(attributes, (count, total))] = metrics["asyncache.compute.duration"]
     assert attributes == labels
     assert count == 2 and total >= 0

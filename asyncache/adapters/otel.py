@@ -12,9 +12,9 @@
   Hits open no span: a hit is microseconds, and a span would cost more.
 - **Counters**, read from ``cache.stats()`` when the metrics are collected
   (observable instruments, so counting costs the hit path nothing):
-  ``asyncache.hits``, ``asyncache.misses`` and the others below, each with
-  the ``asyncache.namespace`` attribute; ``asyncache.in_flight`` as an
-  up-down counter; and the ``asyncache.compute.duration`` histogram
+  ``asyncache.hits``, ``asyncache.misses`` and every other numeric field,
+  each with the ``asyncache.namespace`` attribute (``in_flight`` and
+  ``hit_rate`` as gauges); and the ``asyncache.compute.duration`` histogram
   (seconds per model call; a batch is one call).
 
 Only the API is used: the application configures the SDK (exporters,
@@ -40,25 +40,12 @@ from .. import __version__
 from ..cache import DecisionCache
 from ..meanings import COUNTER_MEANINGS
 
-__all__ = ["COUNTERS", "OpenTelemetryInstrumentation", "instrument"]
+__all__ = ["GAUGES", "OpenTelemetryInstrumentation", "instrument"]
 
 logger = logging.getLogger("asyncache")
 
-COUNTERS: tuple[str, ...] = (
-    "hits",
-    "misses",
-    "coalesced",
-    "stores",
-    "conflicts",
-    "bypassed",
-    "not_admitted",
-    "too_large",
-    "errors",
-    "corrupt",
-    "renewals",
-    "compute_seconds_saved",
-)
-"""The ``cache.stats()`` fields exported as ``asyncache.<field>`` counters."""
+GAUGES = frozenset({"in_flight", "hit_rate"})
+"""``stats()`` fields that go up and down; every other numeric one only grows."""
 
 # The span of the flight running in this task, for on_compute to annotate.
 _FLIGHT: ContextVar[Span | None] = ContextVar("asyncache_otel_flight", default=None)
@@ -93,18 +80,20 @@ class OpenTelemetryInstrumentation:
         self.tracer = trace.get_tracer("asyncache", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("asyncache", __version__, meter_provider=meter_provider)
         self._cache = weakref.ref(cache)
-        for field in COUNTERS:
-            meter.create_observable_counter(
+        for field, value in cache.stats().items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue  # the store's own counters (a dict) are not exported here
+            make = (
+                meter.create_observable_gauge
+                if field in GAUGES
+                else meter.create_observable_counter
+            )
+            make(
                 f"asyncache.{field}",
                 callbacks=[self._reader(field)],
-                unit="s" if field.endswith("seconds_saved") else "1",
-                description=COUNTER_MEANINGS[field],
+                unit="s" if field.endswith("seconds") or field.endswith("seconds_saved") else "1",
+                description=COUNTER_MEANINGS.get(field, f"asyncache {field.replace('_', ' ')}."),
             )
-        meter.create_observable_up_down_counter(
-            "asyncache.in_flight",
-            callbacks=[self._reader("in_flight")],
-            description=COUNTER_MEANINGS["in_flight"],
-        )
         self.compute_duration = meter.create_histogram(
             "asyncache.compute.duration",
             unit="s",
