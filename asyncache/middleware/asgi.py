@@ -151,12 +151,15 @@ class DecisionCacheMiddleware:
             return
         if scope["method"] not in self._methods:
             self.stats.bypassed("method")
-            await self.app({**scope, BYPASS_COUNTED: (self.stats, "method")}, receive, send)
+            # The stats endpoint takes it back (every middleware in front that counted it).
+            scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "method"))
+            await self.app(scope, receive, send)
             return
         route = self._routes.match(scope["path"])
         if route is None:
             self.stats.bypassed("route")
-            await self.app({**scope, BYPASS_COUNTED: (self.stats, "route")}, receive, send)
+            scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "route"))
+            await self.app(scope, receive, send)
             return
         cache = self.cache
         if not cache.enabled:

@@ -54,9 +54,7 @@ class CacheStatsEndpoint:
         if kind != "http":
             await send({"type": "websocket.close", "code": 1000})
             return
-        counted = scope.get(BYPASS_COUNTED)
-        if counted is not None:
-            stats, reason = counted
+        for stats, reason in scope.pop(BYPASS_COUNTED, ()):
             stats.uncount(reason)
         method = scope["method"]
         if method not in ("GET", "HEAD"):

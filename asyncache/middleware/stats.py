@@ -17,8 +17,8 @@ __all__ = ["BYPASS_COUNTED", "OUTCOMES", "MiddlewareStats", "middleware_stats"]
 OUTCOMES = ("hit", "miss", "shared", "bypass", "disabled")
 
 BYPASS_COUNTED = "asyncache.bypass_counted"
-"""The scope key a passed-through request carries: ``(stats, reason)`` it was counted
-under, so that the stats endpoint takes its own requests back out of the counts."""
+"""The scope key a passed-through request carries: the ``(stats, reason)`` pairs it was
+counted under, so that the stats endpoint takes its own requests back out of the counts."""
 
 
 class MiddlewareStats:

@@ -37,3 +37,16 @@ async def test_polling_the_stats_endpoint_counts_no_bypass() -> None:
         served = (await client.get("/cache/stats")).json()
     assert served["middleware"]["bypass_reasons"] == {"method": 1, "route": 1}
     assert cache_stats(cache)["middleware"]["bypass_reasons"] == {"method": 1, "route": 1}
+
+
+async def test_two_middlewares_in_front_both_take_it_back() -> None:
+    outer_cache, inner_cache = DecisionCache(), DecisionCache()
+    inner = DecisionCacheMiddleware(
+        CacheStatsEndpoint(inner_cache), cache=inner_cache, routes=["/predict"]
+    )
+    app = DecisionCacheMiddleware(inner, cache=outer_cache, routes=["/other"])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        assert (await client.get("/cache/stats")).status_code == 200
+    assert cache_stats(outer_cache)["middleware"]["bypass_reasons"] == {}
+    assert cache_stats(inner_cache)["middleware"]["bypass_reasons"] == {}
