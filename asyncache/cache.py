@@ -63,7 +63,8 @@ class DecisionCache:
 
     Args:
         store: where decisions live; a fresh ``MemoryStore`` when omitted.
-        namespace: prefix for the namespaces of everything using this cache.
+        namespace: prefix for the namespaces of everything using this cache, and
+            recorded in each entry it stores (``asyncache copy --namespace`` selects by it).
         fingerprint: what identifies the model (id, revision, thresholds...):
             a string or a JSON-able mapping. Part of every key.
         ttl: seconds a decision lives, ``None`` for no expiry, or
@@ -109,6 +110,8 @@ class DecisionCache:
     """
 
     enabled: _Forwarded[bool] = _Forwarded()
+    namespace: _Forwarded[str | None] = _Forwarded()
+    """Prefix of every key's namespace, also written into each entry (``copy --namespace``)."""
     ttl: _Forwarded[float | TtlHook | None] = _Forwarded()
     admit: _Forwarded[AdmitHook | None] = _Forwarded()
     renew_on_hit: _Forwarded[bool] = _Forwarded()

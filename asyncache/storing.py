@@ -66,6 +66,8 @@ class StoreSide:
         self.renew_on_hit = False
         self.max_entry_bytes = 1024 * 1024
         self.decode_cap: int | None = None
+        # Written into every envelope ("n"), so that tools can select a cache's entries.
+        self.namespace: str | None = None
         # Called with the seconds of each model call (one per batch); the Prometheus adapter
         # sets it. Kept to one attribute test so that no-one pays for it when unset.
         self.on_compute: Callable[[float], None] | None = None
@@ -132,6 +134,7 @@ class StoreSide:
                 compute_seconds=compute_seconds,
                 key=key,
                 secret=self.secret,
+                namespace=self.namespace,
             )
         except (TypeError, ValueError) as exc:
             self.stats.unencodable += 1

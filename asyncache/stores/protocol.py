@@ -8,10 +8,10 @@ first decision stored wins across tasks, processes and machines.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["DecisionStore", "Entry", "LeaseStore", "is_live"]
+__all__ = ["DecisionStore", "Entry", "EntryScan", "LeaseStore", "is_live"]
 
 
 class Entry(NamedTuple):
@@ -96,4 +96,23 @@ class LeaseStore(Protocol):
 
     async def wait_for_entry(self, key: bytes, timeout: float) -> Entry | None:  # noqa: ASYNC109
         """Wait up to ``timeout`` seconds for an entry under ``key`` to appear."""
+        ...
+
+
+@runtime_checkable
+class EntryScan(Protocol):
+    """Optional capability: walk every live entry (``asyncache copy`` and ``export``).
+
+    Not a member of ``DecisionStore``, so that a store written before it
+    stays a store; every store of asyncache has it (memory, tiered, SQLite,
+    Redis, Redis Cluster), and ``asyncache.testing.EntryScanContract`` tests it.
+    """
+
+    def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
+        """Yield ``(key, entry)`` pairs of the live entries, ``batch_size`` at most at a time.
+
+        Each key is yielded once, with the entry as it was when its batch was
+        read; an entry added or dropped during the walk may or may not be seen.
+        Expired entries are never yielded. For tools, not hot paths: O(entries).
+        """
         ...
