@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
 from .codec import Decoded, normalize_secret
 from .engine import MISS, AdmitHook, Engine, Fingerprint, TtlHook
+from .errors import ConfigurationError
 from .guard import StoreGuard
 from .keys import KeyBuilder
 from .many import get_or_compute_many
@@ -65,7 +66,8 @@ class DecisionCache:
 
     Args:
         store: where decisions live; a fresh ``MemoryStore`` when omitted.
-        namespace: prefix for the namespaces of everything using this cache.
+        namespace: prefix for the namespaces of everything using this cache, and
+            recorded in each entry it stores (``asyncache copy --namespace`` selects by it).
         fingerprint: what identifies the model (id, revision, thresholds...):
             a string or a JSON-able mapping. Part of every key.
         ttl: seconds a decision lives, ``None`` for no expiry, or
@@ -115,6 +117,8 @@ class DecisionCache:
     """
 
     enabled: _Forwarded[bool] = _Forwarded()
+    namespace: _Forwarded[str | None] = _Forwarded()
+    """Prefix of every key's namespace, also written into each entry (``copy --namespace``)."""
     ttl: _Forwarded[float | TtlHook | None] = _Forwarded()
     admit: _Forwarded[AdmitHook | None] = _Forwarded()
     renew_on_hit: _Forwarded[bool] = _Forwarded()
@@ -225,6 +229,11 @@ class DecisionCache:
 
     def use_store(self, store: DecisionStore) -> None:
         """Point the cache at ``store``: before first use (the CLI's ``--store``)."""
+        if self.mode == "record" and not callable(getattr(store, "delete", None)):
+            raise ConfigurationError(
+                f"mode='record' replaces what a key holds, which needs a store with "
+                f"delete(key); {type(store).__name__} has none"
+            )
         engine = self.engine
         engine.use(store)
         engine.leases = None

@@ -3,7 +3,8 @@
 Layout: one header byte, then (when a secret is set) a 16-byte keyed BLAKE2b
 tag over the cache key, the header and the body, then the body. The body is
 orjson of ``{"v": result, "t": ttl, "c": created_at, "d": compute_seconds}``,
-zlib-compressed when that is smaller.
+with ``"n": namespace`` when the cache that wrote it has a namespace (what
+``asyncache copy --namespace`` selects by), zlib-compressed when that is smaller.
 
 Header bits: the high nibble is the format (1); bit 0 says zlib; bit 1 says a
 tag follows; bit 2 says the result holds tagged values (NumPy arrays, bytes,
@@ -175,14 +176,17 @@ def encode(
     compute_seconds: float,
     key: bytes,
     secret: bytes | None = None,
+    namespace: str | None = None,
 ) -> bytes:
-    """Encode one decision into the envelope.
+    """Encode one decision into the envelope (``namespace``, when given, as ``"n"``).
 
     Raises:
         TypeError: ``result`` holds a value that cannot be stored exactly.
     """
     header = _FORMAT
     envelope = {"v": result, "t": ttl, "c": created_at, "d": compute_seconds}
+    if namespace is not None:
+        envelope["n"] = namespace
     try:
         body = orjson.dumps(envelope, default=_refuse)
         # orjson writes NaN and the infinities as null: those results need tags. A ttl

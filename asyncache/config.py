@@ -7,6 +7,8 @@ table of names and defaults.
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,7 +16,9 @@ from typing import Any
 
 from .errors import ConfigurationError
 
-__all__ = ["ENVIRONMENT", "Setting", "settings_from_env"]
+__all__ = ["ENVIRONMENT", "OTHER_VARIABLES", "Setting", "near_misses", "settings_from_env"]
+
+logger = logging.getLogger("asyncache")
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ ENVIRONMENT: tuple[Setting, ...] = (
     ),
 )
 _MODES = ("live", "shadow", "record", "replay")
+
+OTHER_VARIABLES = frozenset({"MODEL_DIR", "DEMO_LOG"})
+"""Other ``ASYNCACHE_*`` variables of the project (the demo's): not settings, not misspelled."""
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -91,9 +98,28 @@ def settings_from_env(
         ConfigurationError: a variable's value cannot be parsed.
     """
     env = os.environ if environ is None else environ
+    for name, meant in near_misses(env, prefix=prefix):
+        logger.warning(
+            "asyncache: %s is not a setting and is ignored; did you mean %s?", name, meant
+        )
     options: dict[str, Any] = {}
     for setting in ENVIRONMENT:
         name = prefix + setting.variable
         raw = env.get(name)
         options[setting.option] = _parse(setting, name, setting.default if raw is None else raw)
     return options
+
+
+def near_misses(environ: Mapping[str, str], *, prefix: str = "ASYNCACHE_") -> list[tuple[str, str]]:
+    """``(variable, the setting it is close to)`` for each ``prefix*`` variable that is
+    not a setting but nearly spells one (``ASYNCACHE_STORE``: ``ASYNCACHE_STORE_URL``)."""
+    known = [prefix + setting.variable for setting in ENVIRONMENT]
+    others = {prefix + name for name in OTHER_VARIABLES}
+    found = []
+    for name in sorted(environ):
+        if not name.startswith(prefix) or name in known or name in others:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        if close:
+            found.append((name, close[0]))
+    return found

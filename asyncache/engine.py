@@ -35,7 +35,7 @@ from .codec import PLAIN_HEADER, Decoded, decode, decode_envelope
 from .errors import DecodeError
 from .flight import Flight, FlightTable, copy_for_caller, error_for_caller
 from .guard import StoreGuard
-from .parts import Leasing, Sampler
+from .parts import FlightObserver, Leasing, Sampler
 from .runtime import cancelled, is_cancellation
 from .stats import CacheStats, RateLimitedLog
 from .stores.memory import MemoryStore
@@ -112,6 +112,8 @@ class Engine(StoreSide):
         # The hit path tests this one attribute: None unless audits are sampled.
         self.sampler: Sampler | None = None
         self.leases: Leasing | None = None
+        # Told when each flight starts and ends (the OpenTelemetry adapter's spans).
+        self.observer: FlightObserver | None = None
         self.use(store)
 
     def use(self, store: DecisionStore) -> None:
@@ -258,18 +260,26 @@ class Engine(StoreSide):
         source: Source | None,
     ) -> None:
         # Every way out finishes the flight: it runs without a done callback (launch()).
+        observer = self.observer
+        token = None if observer is None else observer.start()
+        outcome = "cancelled"
         try:
             value, shared = await self._compute_shared(key, compute, inputs, source)
         except BaseException as exc:
             if is_cancellation(exc):
                 flight.set_error(cancelled("the computation was cancelled"))
                 raise
+            outcome = "error"
             flight.set_error(exc)
         else:
+            outcome = "computed" if shared else "unshared"
             flight.set_result(value, shared=shared)
         finally:
             # Later callers find the entry in the store; only current followers need the flight.
             self.flights.landed(key, flight)
+            if observer is not None:
+                error = None if outcome == "computed" else flight.error
+                observer.end(token, outcome, flight.followers, error)
 
     async def _follow(
         self,
@@ -279,6 +289,7 @@ class Engine(StoreSide):
         inputs: Any,
         source: Source | None,
     ) -> T:
+        flight.followers += 1
         while await flight.wait(self.coalesce_timeout):
             if isinstance(flight.error, asyncio.CancelledError):
                 # The leader was cancelled (or its model raised CancelledError): the
@@ -352,7 +363,7 @@ class Engine(StoreSide):
         if prepared is None:
             return result
         value, expires_at = prepared
-        await self.guard.call("delete", lambda: self.store.delete(key))
+        await self.delete_entry(key)
         entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
         return self.winner(key, value, entry, result)
 

@@ -287,16 +287,12 @@ async def _record(
                 pending.append((key, *prepared))
     if pending:
         store = engine.store
-        await asyncio.gather(*(_delete(engine, key) for key, _, _ in pending))
+        await asyncio.gather(*(engine.delete_entry(key) for key, _, _ in pending))
         added = await engine.guard.call("add_many", lambda: store.add_many(pending))
         winners: list[Entry | None] = list(added) if added else [None] * len(pending)
         for (key, value, _), entry in zip(pending, winners, strict=True):
             fresh[key] = engine.winner(key, value, entry, fresh[key])
     return _answers(keys, fresh, set(), fresh.__getitem__)
-
-
-async def _delete(engine: Engine, key: bytes) -> None:
-    await engine.guard.call("delete", lambda: engine.store.delete(key))
 
 
 async def _decoded(engine: Engine, key: bytes, entry: Entry | None) -> Decoded | None:

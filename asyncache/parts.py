@@ -14,9 +14,27 @@ from typing import Any, Protocol, TypeVar
 from .codec import Decoded
 from .stores.protocol import Entry
 
-__all__ = ["LeaseAttempt", "Leasing", "Sampler"]
+__all__ = ["FlightObserver", "LeaseAttempt", "Leasing", "Sampler"]
 
 T = TypeVar("T")
+
+
+class FlightObserver(Protocol):
+    """Told when a flight (the one computation of a missed key) starts and ends.
+
+    ``asyncache.adapters.otel`` opens a span in ``start`` and ends it in
+    ``end``. Both run in the flight's own task, around the model call, so
+    what ``start`` makes current (a span) is current while the model runs.
+    """
+
+    def start(self) -> Any:
+        """The flight starts; returns what ``end`` is handed back."""
+        ...
+
+    def end(self, token: Any, outcome: str, waiters: int, error: BaseException | None) -> None:
+        """The flight ended: ``outcome`` is ``"computed"``, ``"unshared"`` (the result
+        was for its caller only), ``"error"`` or ``"cancelled"``; ``waiters`` callers
+        coalesced onto it."""
 
 
 class Sampler(Protocol):

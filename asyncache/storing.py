@@ -68,6 +68,8 @@ class StoreSide:
         self.renew_on_hit = False
         self.max_entry_bytes = 1024 * 1024
         self.decode_cap: int | None = None
+        # Written into every envelope ("n"), so that tools can select a cache's entries.
+        self.namespace: str | None = None
         # Called with the seconds of each model call (one per batch); the Prometheus adapter
         # sets it. Kept to one attribute test so that no-one pays for it when unset.
         self.on_compute: Callable[[float], None] | None = None
@@ -134,6 +136,7 @@ class StoreSide:
                 compute_seconds=compute_seconds,
                 key=key,
                 secret=self.secret,
+                namespace=self.namespace,
             )
         except (TypeError, ValueError) as exc:
             self.stats.unencodable += 1
@@ -175,9 +178,13 @@ class StoreSide:
         """Count a corrupt entry and delete it."""
         self.stats.corrupt += 1
         self.log.warning("corrupt", "asyncache: dropping an entry that does not decode: %s", exc)
+        # Awaited, not backgrounded: the add that follows must not find it.
+        await self.delete_entry(key)
+
+    async def delete_entry(self, key: bytes) -> None:
+        """The store's ``delete`` (optional: see ``DecisionStore``), guarded."""
         delete = getattr(self.store, "delete", None)
         if delete is not None:
-            # Awaited, not backgrounded: the add that follows must not find it.
             await self.guard.call("delete", lambda: delete(key))
 
     def maybe_renew(self, key: bytes, entry: Entry, ttl: float | None) -> None:

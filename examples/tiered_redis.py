@@ -35,8 +35,13 @@ def replica(name: str) -> tuple[DecisionCache, object]:
 
 
 async def main() -> None:
+    # Start from an empty prefix before any replica listens: a clear tells every
+    # memory tier listening to drop its copies, and that message would reach the
+    # replicas a moment later, in the middle of what follows.
+    leftovers = open_store(f"{REDIS_URL}?prefix=asyncache-example:")
+    await leftovers.clear()
+    await leftovers.aclose()
     (cache_a, triage_a), (cache_b, triage_b) = replica("a"), replica("b")
-    await cache_a.store.clear()
     text = "full outage in eu-west since 09:12"
 
     print("replica a:", await triage_a(text), "(computed)")

@@ -26,11 +26,6 @@ def test_the_nav_lists_every_page_once() -> None:
     assert sorted(pages) == on_disk
 
 
-# Pages that still type Python samples instead of including a tested example.
-# The list only shrinks: a page that no longer types any must leave it.
-TYPED_SAMPLES_ALLOWED: frozenset[str] = frozenset({"middleware.md", "offload.md", "stores.md"})
-
-
 def typed_samples(page: Path) -> list[str]:
     """First lines of the Python code blocks in ``page`` that are not ``--8<--`` includes."""
     return [
@@ -43,17 +38,13 @@ def typed_samples(page: Path) -> list[str]:
 def test_every_python_sample_is_an_included_example() -> None:
     # A sample typed into a page is never run; one included from examples/ is, by
     # tests/test_examples.py.
+    # No page is let off: every Python block is one include of a checked example.
     typed = {
         page.relative_to(DOCS).as_posix(): samples
         for page in sorted(DOCS.rglob("*.md"))
         if (samples := typed_samples(page))
     }
-    unexpected = {
-        page: samples for page, samples in typed.items() if page not in TYPED_SAMPLES_ALLOWED
-    }
-    assert not unexpected, f"typed python samples (include an example instead): {unexpected}"
-    fixed = TYPED_SAMPLES_ALLOWED - set(typed)
-    assert not fixed, f"these pages type no samples any more: drop them from the list: {fixed}"
+    assert not typed, f"typed python samples (include an example instead): {typed}"
 
 
 def test_included_files_exist_and_are_examples() -> None:

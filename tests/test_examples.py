@@ -84,6 +84,61 @@ CHECKS: dict[str, Check] = {
         ),
         needs_modules=("prometheus_client",),
     ),
+    "asgi_frameworks.py": Check(
+        stdout=tuple(
+            rf"^{name}: miss refund, hit refund, bypass refund; "
+            r"set-cookie: \['miss', 'miss'\]; app calls: 4$"
+            for name in ("litestar", "quart", "django")
+        ),
+        needs_modules=("litestar", "quart", "django", "uvicorn", "httpx"),
+    ),
+    "models.py": Check(stdout=()),  # the model module offload_recipes.py's workers import
+    "offload_recipes.py": Check(
+        stdout=(
+            r"^thread: shipping shipping 1$",
+            r"^own pool: REFUND$",
+            r"^process: -1\.25 -1\.25 1$",
+            r"^batch: shipping \['shipping', 'other', 'shipping'\]$",
+            r"^shared: shipping hits: 1$",
+        )
+    ),
+    "store_recipes.py": Check(
+        stdout=(
+            r"^memory: 100000 268435456$",
+            r"^sqlite: SQLiteStore True$",
+            r"^redis: b'myapp:' False$",
+            r"^cluster: b'myapp:' True$",
+            r"^tiered: SQLiteStore 10000 60$",
+            r"^a DecisionStore: True$",
+            r"^hits: 1 entries: 1$",
+        ),
+        needs_modules=("aiosqlite", "redis"),
+    ),
+    "middleware_recipes.py": Check(
+        stdout=(
+            r"^fastapi: miss refund$",
+            r"^fastapi: hit refund$",
+            r"^stats route: hits 1$",
+            r"^tenant acme: miss$",
+            r"^tenant acme: hit$",
+            r"^tenant globex: miss$",
+            r"^tenant mallory: bypass$",
+            r"^fallback answers are not stored: \['miss', 'miss'\]$",
+            r"^starlette endpoint: 200 no-store$",
+            r"^fastapi endpoint: 200 no-store$",
+        ),
+        needs_modules=("fastapi", "httpx"),
+    ),
+    "otel_tracing.py": Check(
+        stdout=(
+            r"^span model\.forward \(inside asyncache\.miss\)$",
+            r"^span asyncache\.miss$",
+            r"^  outcome=computed namespace=sentiment coalesced_waiters=2 compute_seconds>0: True$",
+            r"^asyncache\.hits \[1\]$",
+            r"^asyncache\.misses \[3\]$",
+        ),
+        needs_modules=("opentelemetry.sdk",),
+    ),
     "quickstart.py": Check(
         stdout=(r"^shipping$", r"^shipping$", r"^1$"),
         runs=2,
@@ -207,7 +262,10 @@ CHECKS: dict[str, Check] = {
             r"^replica a: urgent \(computed\)$",
             r"^replica b: urgent \(from Redis\)$",
             r"^model runs: \['a'\]$",
-            r"^replica b tiers: l1 hits 100 l2 hits 1$",
+            # 100 and 1, or 99 and 2 when replica b's subscription is confirmed after its
+            # first copy: a (re)subscription may have missed messages, so the tier
+            # drops its copies then (never a stale answer, one more Redis read).
+            r"^replica b tiers: l1 hits (100 l2 hits 1|99 l2 hits 2)$",
             r"^race: \['normal', 'normal'\] model runs: \['a', 'b'\]$",
             r"^replicas that found another's decision already stored: 1$",
             r"^entries in Redis: 2$",

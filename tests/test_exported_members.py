@@ -31,6 +31,7 @@ OPTIONAL = (
     "pydantic",
     "tokenizers",
     "prometheus_client",
+    "opentelemetry",
 )
 
 

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -192,3 +193,22 @@ def test_a_replay_miss_survives_copying_and_pickling() -> None:
     for clone in (copy.copy(miss), pickle.loads(pickle.dumps(miss))):
         assert (clone.function, clone.digest, clone.key) == ("verdict", "0123456789ab", bytes(16))
         assert str(clone) == str(miss)
+
+
+def test_record_needs_a_store_that_can_delete() -> None:
+    class AddOnly:
+        """A store written before ``delete`` was used: it has the nine methods only."""
+
+        def __init__(self) -> None:
+            self.inner = open_store("memory://")
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "delete":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    store = AddOnly()
+    assert not hasattr(store, "delete")
+    with pytest.raises(ConfigurationError, match=r"mode='record'.*delete.*AddOnly"):
+        DecisionCache(store, mode="record")  # type: ignore[arg-type]
+    DecisionCache(store, mode="replay")  # type: ignore[arg-type]  # replay only reads

@@ -1,15 +1,20 @@
-"""The ``asyncache`` command: look at, prune, clear and warm stores; run the demo.
+"""The ``asyncache`` command: look at, prune, clear, warm and move stores; run the demo.
 
 ::
 
+    asyncache --version
     asyncache stats URL [--live HTTP_URL] [--json]
     asyncache prune URL
     asyncache clear URL [--yes]
     asyncache warm module:function FILE.jsonl [--store URL] [--concurrency N]
+    asyncache copy SRC_URL DST_URL [--namespace N]
+    asyncache export URL [--output FILE] [--namespace N]
+    asyncache import URL [FILE]
     asyncache demo [demo options]
 
-One module per command (``stats``, ``prune``, ``clear``, ``warm``, ``demo``),
-each with a ``run(args)``, and ``common`` for what they share. Every failure
+One module per command (``stats``, ``prune``, ``clear``, ``warm``, ``copy``,
+``export``, ``import`` (in ``load``), ``demo``), each with a ``run(args)``;
+``common`` and ``entries`` hold what they share. Every failure
 the user can cause (a bad URL, a missing extra, an unreadable file, a module
 that does not import) is one line on stderr and a non-zero exit;
 ``--traceback`` shows the whole story. Nothing the command prints or logs
@@ -31,11 +36,15 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
+from .. import __version__
 from ..errors import ConfigurationError
 from ..redact import redact_text
 from .clear import run as run_clear
 from .common import FAILED, USAGE, CliError, one_line
+from .copy import run as run_copy
 from .demo import run as run_demo
+from .export import run as run_export
+from .load import run as run_import
 from .prune import run as run_prune
 from .stats import run as run_stats
 from .warm import run as run_warm
@@ -91,8 +100,9 @@ def _redacted_logging(redact: Callable[[str], str]) -> Iterator[None]:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="asyncache",
-        description="Look at, prune, clear and warm asyncache stores.",
+        description="Look at, prune, clear, warm and move asyncache stores.",
     )
+    parser.add_argument("--version", action="version", version=f"asyncache {__version__}")
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of failures")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -123,6 +133,28 @@ def _parser() -> argparse.ArgumentParser:
     warm.add_argument("--no-progress", action="store_true", help="no progress bar")
     warm.add_argument("--json", action="store_true", help="print the summary as JSON")
     warm.set_defaults(run=run_warm)
+
+    copy = commands.add_parser("copy", help="copy live entries into another store")
+    copy.add_argument("src", metavar="SRC_URL", help="the store to read")
+    copy.add_argument("dst", metavar="DST_URL", help="the store to add to (its entries win)")
+    copy.add_argument("--namespace", metavar="N", help="only entries of caches named N")
+    copy.add_argument("--no-progress", action="store_true", help="no progress bar")
+    copy.add_argument("--json", action="store_true", help="print the summary as JSON")
+    copy.set_defaults(run=run_copy)
+
+    export = commands.add_parser("export", help="write live entries as JSON Lines")
+    export.add_argument("url", help="store URL")
+    export.add_argument("-o", "--output", metavar="FILE", help="write FILE, not stdout")
+    export.add_argument("--namespace", metavar="N", help="only entries of caches named N")
+    export.add_argument("--no-progress", action="store_true", help="no progress bar")
+    export.set_defaults(run=run_export)
+
+    load = commands.add_parser("import", help="add entries from JSON Lines (an export)")
+    load.add_argument("url", help="store URL (a new SQLite file is created)")
+    load.add_argument("file", nargs="?", default="-", help="the export; - or none reads stdin")
+    load.add_argument("--no-progress", action="store_true", help="no progress bar")
+    load.add_argument("--json", action="store_true", help="print the summary as JSON")
+    load.set_defaults(run=run_import)
 
     demo = commands.add_parser(
         "demo", help="a model service behind asyncache, under load", add_help=False

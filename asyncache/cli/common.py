@@ -11,7 +11,17 @@ from ..redact import redact_url
 from ..stores.protocol import DecisionStore
 from ..stores.registry import open_store
 
-__all__ = ["FAILED", "USAGE", "CliError", "load_rich", "one_line", "open_url", "with_store"]
+__all__ = [
+    "FAILED",
+    "USAGE",
+    "CliError",
+    "entry_count",
+    "load_rich",
+    "one_line",
+    "open_url",
+    "plural",
+    "with_store",
+]
 
 T = TypeVar("T")
 
@@ -27,6 +37,16 @@ class CliError(Exception):
     def __init__(self, message: str, status: int = FAILED) -> None:
         super().__init__(message)
         self.status = status
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``1 entry``, ``2 entries``, ``1,024 entries``: the count and the right form."""
+    return f"{count:,} {one if count == 1 else (many or one + 's')}"
+
+
+def entry_count(count: int) -> str:
+    """``1 entry``, ``5,012 entries``."""
+    return plural(count, "entry", "entries")
 
 
 def load_rich() -> Any:

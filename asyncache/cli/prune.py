@@ -6,7 +6,7 @@ import argparse
 import asyncio
 
 from ..redact import redact_url
-from .common import with_store
+from .common import plural, with_store
 
 __all__ = ["run"]
 
@@ -15,5 +15,6 @@ def run(args: argparse.Namespace) -> int:
     """Run ``asyncache prune``; returns the exit status."""
     dropped = int(asyncio.run(with_store(args.url, lambda store: store.prune())))
     note = " (Redis expires entries by itself)" if args.url.lower().startswith("redis") else ""
-    print(f"pruned {dropped:,} expired entries from {redact_url(args.url)}{note}")
+    shown = plural(dropped, "expired entry", "expired entries")
+    print(f"pruned {shown} from {redact_url(args.url)}{note}")
     return 0

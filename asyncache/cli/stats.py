@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,12 @@ from ..redact import redact_url
 from ..stores.protocol import DecisionStore
 from .common import USAGE, CliError, load_rich, with_store
 
-__all__ = ["describe", "fetch_live", "flatten", "run", "show_size", "show_time"]
+__all__ = ["MEMORY_NOTE", "describe", "fetch_live", "flatten", "run", "show_size", "show_time"]
+
+MEMORY_NOTE = (
+    "a memory:// store is this command's own, and a new process's memory is empty; "
+    "use --live HTTP_URL for a running process's counters"
+)
 
 # The store's figures shown in the table, in order: (key, how to show it, title).
 _ROWS: list[tuple[str, str, str]] = [
@@ -134,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {}
     if args.url is not None:
         report["store"] = asyncio.run(with_store(args.url, describe))
+        if report["store"].get("kind") == "memory":
+            print(f"asyncache: note: {MEMORY_NOTE}", file=sys.stderr)
     if args.live is not None:
         report["live"] = flatten(fetch_live(args.live))
     if args.json:

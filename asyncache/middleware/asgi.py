@@ -25,7 +25,7 @@ from .exchange import Exchange, ExchangeSettings, OnHit
 from .request import BodyReplay, header_codes, read_body, read_head, request_inputs
 from .response import AdmitResponse
 from .routes import Route, RouteTable
-from .stats import MiddlewareStats, middleware_stats
+from .stats import BYPASS_COUNTED, MiddlewareStats, middleware_stats
 from .status import StatusHeaders
 from .types import ASGIApp, Receive, Scope, Send
 
@@ -151,11 +151,14 @@ class DecisionCacheMiddleware:
             return
         if scope["method"] not in self._methods:
             self.stats.bypassed("method")
+            # The stats endpoint takes it back (every middleware in front that counted it).
+            scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "method"))
             await self.app(scope, receive, send)
             return
         route = self._routes.match(scope["path"])
         if route is None:
             self.stats.bypassed("route")
+            scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "route"))
             await self.app(scope, receive, send)
             return
         cache = self.cache

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from ..cache import DecisionCache
-from .stats import middleware_stats
+from .stats import BYPASS_COUNTED, middleware_stats
 from .types import Receive, Scope, Send
 
 __all__ = ["CacheStatsEndpoint", "cache_stats"]
@@ -30,6 +30,8 @@ class CacheStatsEndpoint:
     Route it like any ASGI app: ``Route("/cache/stats", CacheStatsEndpoint(cache))``
     in Starlette, ``app.mount("/cache/stats", CacheStatsEndpoint(cache))`` in
     FastAPI. The answer says ``Cache-Control: no-store``: counters are live.
+    Its own requests are not traffic: a ``DecisionCacheMiddleware`` in front
+    that passed one through takes it back out of its bypass counts.
 
     Args:
         cache: the cache whose counters are served.
@@ -52,6 +54,8 @@ class CacheStatsEndpoint:
         if kind != "http":
             await send({"type": "websocket.close", "code": 1000})
             return
+        for stats, reason in scope.pop(BYPASS_COUNTED, ()):
+            stats.uncount(reason)
         method = scope["method"]
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, b'{"detail":"method not allowed"}', allow=True)

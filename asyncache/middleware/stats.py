@@ -12,9 +12,13 @@ from typing import Any
 
 from ..cache import DecisionCache
 
-__all__ = ["OUTCOMES", "MiddlewareStats", "middleware_stats"]
+__all__ = ["BYPASS_COUNTED", "OUTCOMES", "MiddlewareStats", "middleware_stats"]
 
 OUTCOMES = ("hit", "miss", "shared", "bypass", "disabled")
+
+BYPASS_COUNTED = "asyncache.bypass_counted"
+"""The scope key a passed-through request carries: the ``(stats, reason)`` pairs it was
+counted under, so that the stats endpoint takes its own requests back out of the counts."""
 
 
 class MiddlewareStats:
@@ -37,6 +41,14 @@ class MiddlewareStats:
     def bypassed(self, reason: str) -> None:
         """Count a request that did not use the cache."""
         self.bypass_reasons[reason] = self.bypass_reasons.get(reason, 0) + 1
+
+    def uncount(self, reason: str) -> None:
+        """Take back one ``bypassed(reason)``: the request was the stats endpoint's own."""
+        left = self.bypass_reasons.get(reason, 0) - 1
+        if left > 0:
+            self.bypass_reasons[reason] = left
+        else:
+            self.bypass_reasons.pop(reason, None)
 
     def not_admitted(self, reason: str) -> None:
         """Count a response that was not stored."""

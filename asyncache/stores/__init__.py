@@ -5,13 +5,14 @@ Redis); ``asyncache.testing`` the contract suite every store must pass.
 """
 
 from .memory import MemoryStore
-from .protocol import DecisionStore, Entry, LeaseStore, is_live
+from .protocol import DecisionStore, Entry, EntryScan, LeaseStore, is_live
 from .registry import open_store, register_store
 from .tiered import TieredStore
 
 __all__ = [
     "DecisionStore",
     "Entry",
+    "EntryScan",
     "LeaseStore",
     "MemoryStore",
     "TieredStore",

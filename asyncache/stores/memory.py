@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -77,8 +77,10 @@ class MemoryStore:
     def from_url(cls, url: str) -> MemoryStore:
         """A store from ``memory://?max_entries=1000&max_bytes=...&max_entry_bytes=...``.
 
+        Each bound is a positive integer, or ``none`` for no bound.
+
         Raises:
-            ConfigurationError: an option is unknown or not an integer.
+            ConfigurationError: an option is unknown, or neither a positive integer nor none.
         """
         from urllib.parse import parse_qsl, urlsplit  # here: it costs `import asyncache` 2 ms
 
@@ -183,6 +185,20 @@ class MemoryStore:
     async def aclose(self) -> None:
         await self.clear()
 
+    async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
+        """Yield the live entries, least recently used first, without touching their order."""
+        # A snapshot: callers may get and add between batches, which reorders the dict.
+        snapshot = list(self._data.items())
+        for start in range(0, len(snapshot), batch_size):
+            now = time.time()
+            batch = [
+                (key, entry)
+                for key, entry in snapshot[start : start + batch_size]
+                if entry.expires_at is None or entry.expires_at > now
+            ]
+            if batch:
+                yield batch
+
     async def describe(self) -> dict[str, Any]:
         """What this process's memory holds, for ``asyncache stats``.
 
@@ -238,18 +254,31 @@ class MemoryStore:
             self.evictions += 1
 
 
-def memory_options(options: dict[str, str]) -> dict[str, int]:
-    """Parse a memory URL's ``max_entries``, ``max_bytes`` and ``max_entry_bytes``."""
+def memory_options(options: dict[str, str]) -> dict[str, int | None]:
+    """Parse a memory URL's ``max_entries``, ``max_bytes`` and ``max_entry_bytes``.
+
+    Each is a positive integer, or ``none`` for no bound (``max_entries=none``).
+    """
     known = {"max_entries", "max_bytes", "max_entry_bytes"}
     unknown = set(options) - known
     if unknown:
         raise ConfigurationError(
             f"unknown memory store option(s) {sorted(unknown)}; known: {sorted(known)}"
         )
-    parsed: dict[str, int] = {}
+    parsed: dict[str, int | None] = {}
     for name, value in options.items():
+        if value.strip().lower() == "none":
+            parsed[name] = None
+            continue
         try:
-            parsed[name] = int(value)
+            number = int(value)
         except ValueError:
-            raise ConfigurationError(f"store option {name}={value!r} is not an integer") from None
+            raise ConfigurationError(
+                f"store option {name}={value!r} is not an integer (or none, for no bound)"
+            ) from None
+        if number <= 0:
+            raise ConfigurationError(
+                f"store option {name}={value!r} must be positive (or none, for no bound)"
+            )
+        parsed[name] = number
     return parsed

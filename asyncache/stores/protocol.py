@@ -8,10 +8,10 @@ first decision stored wins across tasks, processes and machines.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["DecisionStore", "Entry", "LeaseStore", "is_live"]
+__all__ = ["DecisionStore", "Entry", "EntryScan", "LeaseStore", "is_live"]
 
 
 class Entry(NamedTuple):
@@ -39,6 +39,13 @@ class DecisionStore(Protocol):
     ``from_url``: socket, connect and pool timeouts); the engine then does not
     time its calls with ``store_timeout``, which saves a timer on every call.
     A cache reads it once, when it starts using the store.
+
+    ``async delete(key)`` is optional too (not a member, so that a store
+    written before it stays a store): it drops the entry under a key, if any.
+    The engine deletes corrupt entries with it when it is there, and
+    ``mode="record"`` needs it to replace what a key holds (``add`` keeps the
+    first decision). Every store of asyncache has it, and ``StoreContract``
+    tests it where a store has it.
     """
 
     async def get(self, key: bytes) -> Entry | None:
@@ -59,10 +66,6 @@ class DecisionStore(Protocol):
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Move a live entry's expiry; ``False`` when there is none."""
-        ...
-
-    async def delete(self, key: bytes) -> None:
-        """Drop the entry under ``key``, if any (corrupt entries, ``mode="record"``)."""
         ...
 
     async def prune(self) -> int:
@@ -100,4 +103,23 @@ class LeaseStore(Protocol):
 
     async def wait_for_entry(self, key: bytes, timeout: float) -> Entry | None:  # noqa: ASYNC109
         """Wait up to ``timeout`` seconds for an entry under ``key`` to appear."""
+        ...
+
+
+@runtime_checkable
+class EntryScan(Protocol):
+    """Optional capability: walk every live entry (``asyncache copy`` and ``export``).
+
+    Not a member of ``DecisionStore``, so that a store written before it
+    stays a store; every store of asyncache has it (memory, tiered, SQLite,
+    Redis, Redis Cluster), and ``asyncache.testing.EntryScanContract`` tests it.
+    """
+
+    def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
+        """Yield ``(key, entry)`` pairs of the live entries, ``batch_size`` at most at a time.
+
+        Each key is yielded once, with the entry as it was when its batch was
+        read; an entry added or dropped during the walk may or may not be seen.
+        Expired entries are never yielded. For tools, not hot paths: O(entries).
+        """
         ...

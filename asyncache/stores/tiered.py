@@ -9,7 +9,7 @@ every tier in front of it drop its copies too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NamedTuple, Self, cast
 
 from .memory import MemoryStore
@@ -207,6 +207,18 @@ class TieredStore:
             unsubscribe()
         await self.l1.aclose()
         await self.l2.aclose()
+
+    async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
+        """L2's entries (it holds every one; L1 only copies of some).
+
+        Raises:
+            TypeError: L2 cannot walk its entries (it has no ``entries``).
+        """
+        walk = getattr(self.l2, "entries", None)
+        if not callable(walk):
+            raise TypeError(f"{type(self.l2).__name__} cannot walk its entries")
+        async for batch in walk(batch_size=batch_size):
+            yield batch
 
     async def describe(self) -> dict[str, Any]:
         """What the tiers hold, for ``asyncache stats``: L2's figures, with L1's beside them.

@@ -22,7 +22,8 @@ class TestMyStore(StoreContract):
 ```
 
 A store with leases subclasses both: ``class TestMyStore(StoreContract,
-LeaseStoreContract)``.
+LeaseStoreContract)``; one that can walk its entries (``EntryScan``, which
+``asyncache copy`` and ``export`` use) adds ``EntryScanContract``.
 
 What it needs: pytest and pytest-asyncio (0.24 or later). Every test is
 marked ``pytest.mark.asyncio``, so the suite runs in pytest-asyncio's strict
@@ -39,6 +40,7 @@ none asserts how long a call takes: a slow store passes, a wrong one fails.
 from __future__ import annotations
 
 from .leases import LeaseStoreContract
+from .scan import EntryScanContract
 from .stores import StoreContract
 
-__all__ = ["LeaseStoreContract", "StoreContract"]
+__all__ = ["EntryScanContract", "LeaseStoreContract", "StoreContract"]

@@ -2,7 +2,8 @@
 
 One subclass of ``StoreContract`` per store: memory, SQLite, memory in front
 of SQLite, Redis, Redis Cluster and memory in front of Redis; the stores with
-leases (SQLite, Redis, Redis Cluster) subclass ``LeaseStoreContract`` too.
+leases (SQLite, Redis, Redis Cluster) subclass ``LeaseStoreContract`` too, and
+every one ``EntryScanContract`` (the walk ``asyncache copy`` uses).
 These are the tests a third-party store runs (docs/stores.md, "Writing your own
 store"). Every test gets a fresh, empty store (its own file or its own key prefix).
 """
@@ -19,7 +20,7 @@ import pytest
 from asyncache.stores import DecisionStore
 from asyncache.stores.memory import MemoryStore
 from asyncache.stores.tiered import TieredStore
-from asyncache.testing import LeaseStoreContract, StoreContract
+from asyncache.testing import EntryScanContract, LeaseStoreContract, StoreContract
 
 from ..support import require
 
@@ -93,25 +94,25 @@ class ProjectStore:
             await cleanup()
 
 
-class TestMemoryStore(ProjectStore, StoreContract):
+class TestMemoryStore(ProjectStore, StoreContract, EntryScanContract):
     kind = "memory"
 
 
-class TestSQLiteStore(ProjectStore, StoreContract, LeaseStoreContract):
+class TestSQLiteStore(ProjectStore, StoreContract, EntryScanContract, LeaseStoreContract):
     kind = "sqlite"
 
 
-class TestTieredSQLiteStore(ProjectStore, StoreContract):
+class TestTieredSQLiteStore(ProjectStore, StoreContract, EntryScanContract):
     kind = "tiered-sqlite"
 
 
-class TestRedisStore(ProjectStore, StoreContract, LeaseStoreContract):
+class TestRedisStore(ProjectStore, StoreContract, EntryScanContract, LeaseStoreContract):
     kind = "redis"
 
 
-class TestRedisClusterStore(ProjectStore, StoreContract, LeaseStoreContract):
+class TestRedisClusterStore(ProjectStore, StoreContract, EntryScanContract, LeaseStoreContract):
     kind = "redis-cluster"
 
 
-class TestTieredRedisStore(ProjectStore, StoreContract):
+class TestTieredRedisStore(ProjectStore, StoreContract, EntryScanContract):
     kind = "tiered-redis"

@@ -1,4 +1,4 @@
-"""RedisStore's whole-prefix operations: count, clear and describe, by ``SCAN``.
+"""RedisStore's whole-prefix operations: count, clear, describe and walk, by ``SCAN``.
 
 Each is one ``SCAN MATCH <prefix>*`` (over every primary of a cluster), so
 O(keys in the database): for tools and operators, not for hot paths. Redis
@@ -10,13 +10,16 @@ does with probability 2**-48.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from .layout import LEASE, glob_escape
+from redis.asyncio.cluster import RedisCluster
+
+from ...stores.protocol import Entry
+from .layout import LEASE, glob_escape, unpack
 from .url import Client
 
-__all__ = ["count_entries", "describe_prefix", "unlink_all"]
+__all__ = ["count_entries", "describe_prefix", "unlink_all", "walk_entries"]
 
 # Keys unlinked, or measured, per round trip.
 _CHUNK = 500
@@ -46,6 +49,47 @@ async def unlink_all(client: Client, prefix: bytes) -> None:
             chunk = []
     if chunk:
         await client.unlink(*chunk)
+
+
+async def walk_entries(
+    client: Client, prefix: bytes, batch_size: int
+) -> AsyncIterator[list[tuple[bytes, Entry]]]:
+    """The live entries under ``prefix`` (keys without it), one ``MGET`` per batch.
+
+    ``SCAN`` may report a key twice; each is yielded once (the walk remembers
+    the names it has seen: 16 bytes and change per entry).
+    """
+    lease_prefix = prefix + LEASE
+    seen: set[bytes] = set()
+    names: list[bytes] = []
+
+    async def read() -> list[tuple[bytes, Entry]]:
+        if isinstance(client, RedisCluster):
+            raws = await client.mget_nonatomic(names)
+        else:
+            raws = await client.mget(names)
+        now = time.time()
+        batch = []
+        for name, raw in zip(names, raws, strict=True):
+            entry = None if raw is None else unpack(raw, now)
+            if entry is not None:
+                batch.append((name[len(prefix) :], entry))
+        names.clear()
+        return batch
+
+    async for name in client.scan_iter(match=_match(prefix), count=1000):
+        if name.startswith(lease_prefix) or name in seen:
+            continue
+        seen.add(name)
+        names.append(name)
+        if len(names) >= batch_size:
+            batch = await read()
+            if batch:
+                yield batch
+    if names:
+        batch = await read()
+        if batch:
+            yield batch
 
 
 async def describe_prefix(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
 from redis.asyncio.cluster import RedisCluster
@@ -17,7 +17,7 @@ from .channels import Invalidated, Invalidations
 from .gate import store_error
 from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pxat, unpack
 from .loops import Bound, Loops, Settings
-from .scan import count_entries, describe_prefix, unlink_all
+from .scan import count_entries, describe_prefix, unlink_all, walk_entries
 from .url import DEFAULT_PREFIX, Client, connect
 from .writes import Writes
 
@@ -282,6 +282,19 @@ class RedisStore:
         async with bound.gate:
             await unlink_all(bound.client, self.prefix)
             await bound.execute("PUBLISH", bound.invalidated, b"")
+
+    async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
+        """Yield the live entries under this prefix: ``SCAN``, then ``MGET`` per batch.
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        bound = await self._bound()
+        try:
+            async for batch in walk_entries(bound.client, self.prefix, batch_size):
+                yield batch
+        except (RedisError, OSError) as exc:
+            raise store_error(exc) from exc
 
     def subscribe_invalidations(self, callback: Invalidated) -> Callable[[], None]:
         """Have ``callback(key)`` awaited when entries here are dropped, by any process.

@@ -19,6 +19,7 @@ __all__ = [
     "COUNT",
     "DELETE",
     "DELETE_CHUNK",
+    "ENTRIES_AFTER",
     "EVICT_EXPIRING",
     "EVICT_FOREVER",
     "GET_CHUNK",
@@ -62,6 +63,11 @@ _LIVE = "(expires_at IS NULL OR expires_at > ?1)"
 GET_ONE = (
     "SELECT value, expires_at FROM asyncache_entries "
     "WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)"
+)
+# A page of the walk ``entries`` makes, in key order from just after ?2 (keyset paging).
+ENTRIES_AFTER = (
+    f"SELECT key, value, expires_at FROM asyncache_entries WHERE key > ?2 AND {_LIVE} "
+    "ORDER BY key LIMIT ?3"
 )
 RENEW = f"UPDATE asyncache_entries SET expires_at = ?2 WHERE key = ?3 AND {_LIVE} RETURNING 1"
 DELETE = "DELETE FROM asyncache_entries WHERE key = ?1"

@@ -12,7 +12,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Self
 
 from ...errors import ConfigurationError
@@ -28,6 +28,7 @@ from .sql import (
     CLEAR_LEASES,
     COUNT,
     DELETE,
+    ENTRIES_AFTER,
     GET_CHUNK,
     GET_ONE,
     RENEW,
@@ -272,6 +273,16 @@ class SQLiteStore:
     async def aclose(self) -> None:
         """Stop the background task and close the connection; safe to call twice."""
         await self._database.aclose()
+
+    async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
+        """Yield the live entries in key order, one read of ``batch_size`` rows per batch."""
+        after = b""
+        while True:
+            rows = await self._database.read(ENTRIES_AFTER, (time.time(), after, batch_size))
+            if not rows:
+                return
+            yield [(key, Entry(value, expires_at)) for key, value, expires_at in rows]
+            after = rows[-1][0]
 
     def stats(self) -> dict[str, int]:
         """Counters: queries sent, entries pruned and evicted, times the file was reopened."""
