@@ -15,6 +15,12 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+# Redis client timeouts for tests that are not about timeouts: a loaded CI machine
+# can stall a command past the 2 s default, and a timed-out command makes a cluster
+# client refresh its topology under the other commands in flight.
+GENEROUS_REDIS_TIMEOUTS = "socket_connect_timeout=30&socket_timeout=30&pool_timeout=30"
+
+
 def subprocess_env(root: str) -> dict[str, str]:
     """The environment for a child process run as a project of its own would be: no
     ``ASYNCACHE_*``, pytest or warning settings of ours, and ``root`` importable."""

@@ -21,6 +21,7 @@ from asyncache import DecisionCache, MemoryStore, cached_prediction, open_store
 from asyncache.stores.tiered import TieredStore
 
 from .servers import RedisServer
+from .support import GENEROUS_REDIS_TIMEOUTS
 
 ROOT = Path(__file__).resolve().parent.parent
 # A hang guard for child processes, never a timing assertion.
@@ -30,7 +31,7 @@ WAIT_TIMEOUT = 60.0
 # Redis options for a loaded test machine (two copies of the suite, four workers
 # each, on two cores): connecting, a command, or waiting for a pooled connection
 # may take seconds, and the defaults (1-2 s) would turn that into store errors.
-GENEROUS = "socket_connect_timeout=30&socket_timeout=30&pool_timeout=30"
+GENEROUS = GENEROUS_REDIS_TIMEOUTS
 # The same for every store call the engine makes (its default is 1 s).
 STORE_TIMEOUT = 30.0
 

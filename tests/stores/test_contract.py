@@ -22,7 +22,7 @@ from asyncache.stores.memory import MemoryStore
 from asyncache.stores.tiered import TieredStore
 from asyncache.testing import EntryScanContract, LeaseStoreContract, StoreContract
 
-from ..support import require
+from ..support import GENEROUS_REDIS_TIMEOUTS, require
 
 Cleanup = Callable[[], Awaitable[None]]
 
@@ -40,6 +40,7 @@ def _redis_store(request: pytest.FixtureRequest, fixture: str) -> tuple[Decision
         require(False, f"the {fixture} fixture is not defined")
         raise
     prefix = f"asyncache-contract:{uuid.uuid4().hex}:"
+    url = f"{url}?{GENEROUS_REDIS_TIMEOUTS}"
 
     async def cleanup() -> None:
         # A store of its own: the test may have closed the one it was given.
