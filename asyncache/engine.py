@@ -192,7 +192,8 @@ class Engine(StoreSide):
                 self.stats.misses += 1
                 self.stats.coalesced += 1
                 return await self._follow(key, flight, compute, inputs, source)
-            entry = await self.store_get(key)
+            store = self.store  # store_get, inlined: one coroutine fewer on every remote hit
+            entry = await self.guard.call("get", lambda: store.get(key))
         if entry is not None:
             try:
                 envelope = decode_envelope(

@@ -123,9 +123,10 @@ class TestFromUrl:
             assert kwargs["client_name"] == "worker"
             assert kwargs["retry"].get_retries() == 4
             assert store.prefix == b"app:"
-            # max_connections commands at once, plus the lease listener's connection.
+            # max_connections commands at once, plus the lease listener's connection
+            # and the one lone gets keep.
             assert store.max_in_flight == 7
-            assert pool_of(store).max_connections == 8
+            assert pool_of(store).max_connections == 9
         finally:
             await store.aclose()
 
@@ -329,7 +330,10 @@ class TestLayout:
         store = RedisStore.from_url(redis_server.url, prefix=redis_prefix)
         counter = Redis.from_url(redis_server.url)
         try:
-            await store.get(key(0))  # connects (the handshake is not what is measured)
+            # Connects (the handshake is not what is measured): the pool's connection
+            # and the one lone gets keep.
+            await store.get(key(0))
+            await store.add(key(0), b"zero", time.time() + HOUR)
             await counter.config_resetstat()
             await store.add(key(1), b"one", time.time() + HOUR)
             await store.add(key(1), b"loser", time.time() + HOUR)

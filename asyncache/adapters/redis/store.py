@@ -189,20 +189,32 @@ class RedisStore:
     # -- the DecisionStore protocol ---------------------------------------
 
     async def get(self, key: bytes) -> Entry | None:
-        """Return the live entry under ``key``, or ``None``; one ``GET``."""
+        """Return the live entry under ``key``, or ``None``; one ``GET``.
+
+        Gets that arrive while another is in flight are gathered and sent as
+        one ``MGET`` (``batches``); a lone get goes straight out.
+        """
         # The hot path: the loop check, the gate's free path and the error mapping inline.
         bound = self._loops.last
         if bound is None or bound.loop is not asyncio.get_running_loop():
             bound = await self._loops.bind()
-        gate = bound.gate
-        if not gate.enter_now():
-            await gate.wait()
-        try:
-            raw = await bound.execute("GET", self.prefix + key)
-        except (RedisError, OSError) as exc:
-            raise store_error(exc) from exc
-        finally:
-            gate.leave()
+        reads = bound.reads
+        if reads.lone():
+            gate = bound.gate
+            reads.busy += 1  # from here on, other gets gather behind this one
+            try:
+                if not gate.enter_now():
+                    await gate.wait()
+                try:
+                    raw = await bound.get(self.prefix + key)
+                finally:
+                    gate.leave()
+            except (RedisError, OSError) as exc:
+                raise store_error(exc) from exc
+            finally:
+                reads.busy -= 1
+        else:
+            raw = await reads.join(self.prefix + key)
         self._reads += 1
         if raw is None:
             return None
