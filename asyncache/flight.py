@@ -128,7 +128,14 @@ class FlightTable(Generic[T]):
         A task cancelled before it first ran cannot, so ``aclose`` finishes
         whatever flight is still open.
         """
-        flight.task = spawn(work, self._tasks, forget_when_done=False)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # trio: a system task (runtime.spawn)
+            flight.task = spawn(work, self._tasks, forget_when_done=False)
+            return
+        # spawn's asyncio branch, inlined: every coalesced miss comes through here.
+        task = flight.task = loop.create_task(work)
+        self._tasks.add(task)
 
     def landed(self, key: bytes, flight: Flight[T]) -> None:
         """The last thing a launched task does: forget its flight and its task."""
