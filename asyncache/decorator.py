@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, Ty
 
 from .cache import DecisionCache
 from .engine import MISS
+from .recent import RecentKeys
 
 if TYPE_CHECKING:
     from .microbatch import BatchedPrediction
@@ -256,7 +257,7 @@ def cached_prediction(
             make = binder.make if binder.make is not None else dict
             count = binder.count if binder.make is not None else -1
             bind = binder.bind
-            key_of = builder.key
+            key_of = RecentKeys(builder).key  # builder.key, hot inputs' keys remembered
 
             @functools.wraps(fn)
             async def wrapper(*args: Any, **kwargs: Any) -> Any:

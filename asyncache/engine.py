@@ -36,6 +36,7 @@ from .errors import DecodeError
 from .flight import Flight, FlightTable, copy_for_caller, error_for_caller
 from .guard import StoreGuard
 from .parts import Leasing, Sampler
+from .recent import RecentValues
 from .runtime import cancelled, is_cancellation
 from .stats import CacheStats, RateLimitedLog
 from .stores.memory import MemoryStore
@@ -113,6 +114,7 @@ class Engine(StoreSide):
         """Point the engine at ``store``: at construction, or before first use (CLI --store)."""
         self.store = store
         self.guard.use(store)
+        self.recent = RecentValues()
         # The stores' synchronous fast path, when they have one (MemoryStore, TieredStore).
         self._peek: Callable[[bytes], Entry | None] | None = getattr(store, "peek", None)
         # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
@@ -135,22 +137,30 @@ class Engine(StoreSide):
         if entry is None:
             return MISS
         value = entry.value
-        try:
-            if value[0] == PLAIN_HEADER and len(value) <= 2048 and self.secret is None:
-                envelope = _loads(value[1:])  # decode_envelope's fast path, without the call
-            else:
-                envelope = decode_envelope(
-                    value, key=key, secret=self.secret, max_size=self.max_decoded_bytes
-                )
-            result = envelope["v"]
-            saved = envelope["d"] or 0.0
-        except Exception:
-            return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
+        known = self.recent.get(key, value)
+        if known is not None:
+            result, saved, ttl = known  # decoded before from these very bytes (recent.py)
+        else:
+            try:
+                small = value[0] == PLAIN_HEADER and len(value) <= 2048 and self.secret is None
+                if small:
+                    envelope = _loads(value[1:])  # decode_envelope's fast path, without the call
+                else:
+                    envelope = decode_envelope(
+                        value, key=key, secret=self.secret, max_size=self.max_decoded_bytes
+                    )
+                result = envelope["v"]
+                saved = envelope["d"] or 0.0
+                ttl = envelope["t"]
+            except Exception:
+                return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
+            if small:
+                result = self.recent.keep(key, value, result, saved, ttl)
         stats = self.stats
         stats.hits += 1
         stats.compute_seconds_saved += saved
         if self.renew_on_hit:
-            self.maybe_renew(key, entry, envelope["t"])
+            self.maybe_renew(key, entry, ttl)
         return result
 
     async def get_or_compute(

@@ -46,8 +46,11 @@ HIT_TARGET_US = 2.0
 KEY_TARGETS_US = {140: 1.0, 2_000: 3.0, 20_000: 20.0}
 HEAP_TARGET = 400
 COALESCE_EXTRA_TARGET_US = 10.0
-AIOCACHE_RATIO_TARGET = 7.0
-CASHEWS_RATIO_TARGET = 15.0
+# Raised by the performance issue: asyncache's hit at 140 chars at least this many
+# times faster than aiocache's and cashews', and at most this many times async-lru's.
+AIOCACHE_RATIO_TARGET = 10.0
+CASHEWS_RATIO_TARGET = 20.0
+ASYNC_LRU_MAX_RATIO = 1.3
 IMPORT_TARGET_MS = 50.0
 
 
@@ -355,15 +358,12 @@ async def measure(quick: bool) -> list[Row]:
             target = targets.get(name) if size == 140 else None
             shown = f"{ratio:.1f}x" if ratio >= 1 else f"{ratio:.2f}x"
             verdict = shown + (f" {passes(ratio >= target)}" if target else "")
-            rows.append(
-                Row(
-                    f"{name} hit, {size:,} chars",
-                    theirs * 1e6,
-                    "us",
-                    f"asyncache >= {target:g}x faster" if target else "-",
-                    verdict,
-                )
-            )
+            wanted = f"asyncache >= {target:g}x faster" if target else "-"
+            if name == "async-lru" and size == 140:
+                # Time per hit: asyncache's over async-lru's, at most the target.
+                wanted = f"asyncache <= {ASYNC_LRU_MAX_RATIO:g}x its time"
+                verdict = f"{1 / ratio:.2f}x {passes(1 / ratio <= ASYNC_LRU_MAX_RATIO)}"
+            rows.append(Row(f"{name} hit, {size:,} chars", theirs * 1e6, "us", wanted, verdict))
     rows.append(
         Row(
             "import asyncache",
