@@ -270,7 +270,10 @@ class Engine(StoreSide):
     ) -> None:
         # Every way out finishes the flight: it runs without a done callback (launch()).
         try:
-            value, shared = await self._compute_shared(key, compute, inputs, source)
+            if self.leases is None:  # _compute_shared's first step, without its coroutine
+                value, shared = await self._compute_alone(key, compute, inputs)
+            else:
+                value, shared = await self._compute_shared(key, compute, inputs, source)
         except BaseException as exc:
             if is_cancellation(exc):
                 flight.set_error(cancelled("the computation was cancelled"))
