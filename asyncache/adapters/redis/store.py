@@ -60,10 +60,19 @@ class RedisStore:
     entries here.
 
     ``enforces_timeouts`` is ``False``: the engine times each call with its
-    ``store_timeout``. The store's own socket, connect and pool timeouts, with
-    retries, can add up to several seconds, more than a cache should wait.
-    Set it to ``True`` (saving a timer, about 8 us a call on a slow machine)
-    only when those bounds are tighter than the cache's ``store_timeout``.
+    ``store_timeout`` (calls share one timer per tick: ``asyncache.deadlines``).
+    The store's own socket, connect and pool timeouts, with retries, can add
+    up to several seconds, more than a cache should wait. Set it to ``True``
+    (saving about a microsecond a call) only when those bounds are tighter
+    than the cache's ``store_timeout``.
+
+    Auto-pipelining: a get that finds no other get in flight goes straight
+    out (over a connection the loop keeps for lone gets when the store made
+    its client); gets that arrive while one is in flight are gathered, and
+    once the loop has run every caller ready in that turn they go out as one
+    ``MGET`` (one per hash slot on a cluster); adds likewise as one pipeline
+    of ``SET NX PXAT GET``. Each caller still awaits its own answer, so the
+    engine's timeout, a cancellation and a failure each touch one call.
 
     Raises:
         ConfigurationError: the prefix is empty or the client decodes responses.
