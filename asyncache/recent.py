@@ -111,28 +111,31 @@ class RecentValues:
     __slots__ = ("_known",)
 
     def __init__(self) -> None:
-        # key -> (stored bytes, result, copy, compute seconds, ttl)
-        self._known: dict[bytes, tuple[bytes, Any, Callable[[Any], Any], float, Any]] = {}
+        # key -> (stored bytes, result, copy or None (decode every time), compute seconds, ttl)
+        self._known: dict[bytes, tuple[bytes, Any, Callable[[Any], Any] | None, float, Any]] = {}
 
     def get(self, key: bytes, value: bytes) -> tuple[Any, float, Any] | None:
         """A caller's own result, its compute seconds and ttl, if ``value`` was decoded here."""
         known = self._known.get(key)
-        if known is None or known[0] is not value:
+        if known is None or known[0] is not value or known[2] is None:
             return None
         return known[2](known[1]), known[3], known[4]
 
     def keep(self, key: bytes, value: bytes, result: Any, saved: float, ttl: Any) -> Any:
         """Remember ``result`` decoded from ``value`` when it can be handed out again.
 
-        Returns what the caller gets: ``result`` itself, the copy kept being another.
+        A result that cannot is remembered as such, so that it is not looked
+        over again on every hit. Returns what the caller gets: ``result``
+        itself, the copy kept being another.
         """
-        copy = copier(result)
-        if copy is None:
-            return result
         known = self._known
-        if len(known) >= ENTRIES and key not in known:
+        seen = known.get(key)
+        if seen is not None and seen[0] is value:
+            return result  # judged before: it must be decoded on every hit
+        copy = copier(result)
+        if len(known) >= ENTRIES and seen is None:
             del known[next(iter(known))]
-        known[key] = (value, copy(result), copy, saved, ttl)
+        known[key] = (value, None if copy is None else copy(result), copy, saved, ttl)
         return result
 
     def clear(self) -> None:

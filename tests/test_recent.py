@@ -74,17 +74,22 @@ async def test_no_caller_gets_an_object_another_caller_holds() -> None:
     async def answer(text: str) -> Any:
         nonlocal calls
         calls += 1
-        return {"flat": ["a", "b"], "scores": {"x": 1.0}}[text] if text else ["a", "b"]
+        results = {"flat": ["a", "b"], "scores": {"x": 1.0}, "nested": {"a": [1, 2]}}
+        return results[text] if text else "text"
 
-    for text in ("", "flat", "scores"):
+    for text in ("", "flat", "scores", "nested"):
         first = await answer(text)
         second = await answer(text)
         second_again = await answer(text)
         assert first == second == second_again
+        if isinstance(second, str):
+            continue  # immutable: it may be the same object
         assert second is not second_again and first is not second
         second.append("mutated") if isinstance(second, list) else second.update(y=2)
+        if isinstance(first, dict) and "a" in first:
+            second_again["a"].append(3)
         assert await answer(text) == first
-    assert calls == 3 and cache.stats()["hits"] == 9
+    assert calls == 4 and cache.stats()["hits"] == 11
 
 
 async def test_a_replaced_entry_is_decoded_afresh() -> None:
