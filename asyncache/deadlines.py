@@ -60,7 +60,7 @@ class Deadlines:
         self._expired: set[asyncio.Task[object]] = set()
 
     async def run(self, awaitable: Awaitable[T]) -> T:
-        """Await ``awaitable`` under a shared deadline (in a task; ``StoreGuard`` inlines this).
+        """Await ``awaitable`` under a shared deadline (in a task).
 
         Raises:
             TimeoutError: the deadline passed first.

@@ -21,7 +21,7 @@ import copy
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
-from .runtime import cancelled, is_cancellation, new_event, spawn, wait_for
+from .runtime import cancel_and_wait, cancelled, is_cancellation, new_event, spawn, wait_for
 
 __all__ = ["Flight", "FlightTable", "copy_for_caller", "error_for_caller"]
 
@@ -154,10 +154,7 @@ class FlightTable(Generic[T]):
     async def aclose(self) -> None:
         """Cancel running computations and wait for them to end."""
         tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         # A launched task cancelled before it first ran never finished its flight.
         for key, flight in list(self._flights.items()):
             if flight.task in tasks:

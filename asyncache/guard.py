@@ -161,20 +161,9 @@ class StoreGuard:
             awaitable = make()
             if not self._timed:
                 result: T = await awaitable
-            elif self._suspends and (task := self._task()) is not None:
+            elif self._suspends and self._task() is not None:
                 # This store waits on I/O: no point starting its call by hand first.
-                # Deadlines.run, inlined: the hit path of every remote store runs here.
-                deadlines: Deadlines = self._deadlines  # type: ignore[assignment]
-                bucket = deadlines.enter(task)
-                cancelling = task.cancelling()
-                try:
-                    result = await awaitable
-                except asyncio.CancelledError:
-                    if deadlines.timed_out(task, cancelling):
-                        raise TimeoutError from None
-                    raise
-                finally:
-                    deadlines.leave(bucket, task)
+                result = await self._deadlines.run(awaitable)  # type: ignore[union-attr]
             elif isinstance(awaitable, Coroutine):
                 try:
                     yielded = awaitable.send(None)

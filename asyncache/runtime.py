@@ -21,7 +21,16 @@ import sys
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
-__all__ = ["Event", "Signal", "cancelled", "is_cancellation", "new_event", "spawn", "wait_for"]
+__all__ = [
+    "Event",
+    "Signal",
+    "cancel_and_wait",
+    "cancelled",
+    "is_cancellation",
+    "new_event",
+    "spawn",
+    "wait_for",
+]
 
 
 class Event(Protocol):
@@ -162,6 +171,14 @@ def spawn(
 
     trio.lowlevel.spawn_system_task(run, context=contextvars.copy_context())
     return None
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel asyncio ``tasks`` and wait until every one has ended (their errors ignored)."""
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def is_cancellation(exc: BaseException) -> bool:

@@ -23,6 +23,7 @@ from typing import Generic, TypeVar
 from redis.exceptions import RedisError
 
 from ...errors import StoreError
+from ...runtime import cancel_and_wait
 from .gate import Gate, store_error
 
 __all__ = ["Batcher"]
@@ -108,11 +109,7 @@ class Batcher(Generic[A, R]):
 
     async def aclose(self) -> None:
         """Cancel the batches not yet answered; their callers get a ``StoreError``."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))
 
 
 def _error_for(exc: BaseException) -> Exception:
