@@ -229,7 +229,13 @@ class Engine(StoreSide):
         if flight is None:
             flight = self.flights.claim(key)
             self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
-            await flight.done.wait()
+            if flight.task is not None:  # asyncio (a trio flight has no task)
+                # The flight's first step runs just before this caller's next: a model that
+                # answers without suspending has landed by then, a loop turn sooner than a
+                # wake-up from the event would tell.
+                await asyncio.sleep(0)
+            if not flight.done.is_set():
+                await flight.done.wait()
             return flight.outcome()  # type: ignore[no-any-return]
         self.stats.coalesced += 1
         return await self._follow(key, flight, compute, inputs, source)
@@ -250,15 +256,6 @@ class Engine(StoreSide):
         return decoded
 
     # -- the miss path -------------------------------------------------------
-
-    async def _lead(
-        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any, source: Source | None
-    ) -> Any:
-        """Start the flight for ``key`` and wait for it (``get_or_compute`` inlines this)."""
-        flight = self.flights.claim(key)
-        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
-        await flight.done.wait()
-        return flight.outcome()
 
     async def _fly(
         self,

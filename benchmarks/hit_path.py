@@ -158,23 +158,37 @@ async def heap_per_decision(count: int) -> float:
     return (after - before) / count
 
 
-async def miss_cost(coalesce: bool, count: int, repeats: int) -> float:
+async def miss_round(coalesce: bool, contexts: list[str]) -> float:
     """Mean seconds per miss (distinct inputs, an instant function, a fresh store)."""
-    means = []
+    answer = make_answer(DecisionCache(MemoryStore(), coalesce=coalesce))
+    await answer("warm-up", QUESTIONS)
+    gc.disable()
+    try:
+        started = clock()
+        for context in contexts:
+            await answer(context, QUESTIONS)
+        mean = (clock() - started) / len(contexts)
+    finally:
+        gc.enable()
+    assert answer.cache.stats()["misses"] == len(contexts) + 1
+    return mean
+
+
+async def miss_costs(count: int, repeats: int) -> tuple[float, float, float]:
+    """Seconds per miss with coalescing on and off, and what coalescing adds.
+
+    The two run in alternating rounds (the order swapping each round), and the
+    extra cost is the median of the rounds' differences, so that a change in
+    the machine's load between rounds shifts both sides alike.
+    """
     contexts = [context_of(140, seed) for seed in range(count)]
-    for _ in range(repeats):
-        answer = make_answer(DecisionCache(MemoryStore(), coalesce=coalesce))
-        await answer("warm-up", QUESTIONS)
-        gc.disable()
-        try:
-            started = clock()
-            for context in contexts:
-                await answer(context, QUESTIONS)
-            means.append((clock() - started) / count)
-        finally:
-            gc.enable()
-        assert answer.cache.stats()["misses"] == count + 1
-    return statistics.median(means)
+    on: list[float] = []
+    off: list[float] = []
+    for round_ in range(repeats):
+        for coalesce in (True, False) if round_ % 2 == 0 else (False, True):
+            (on if coalesce else off).append(await miss_round(coalesce, contexts))
+    extra = statistics.median(a - b for a, b in zip(on, off, strict=True))
+    return statistics.median(on), statistics.median(off), extra
 
 
 async def stampede(callers: int) -> int:
@@ -296,8 +310,7 @@ async def measure(quick: bool) -> list[Row]:
     keys = key_costs(number, repeats)
     heap = await heap_per_decision(5_000 if quick else 50_000)
     miss_count = 500 if quick else 5_000
-    coalesced = await miss_cost(True, miss_count, repeats)
-    alone = await miss_cost(False, miss_count, repeats)
+    coalesced, alone, extra_seconds = await miss_costs(miss_count, repeats)
     runs = await stampede(1_000)
     peers = await peer_hits(number, repeats)
     imported = import_ms(5 if quick else 15)
@@ -334,7 +347,7 @@ async def measure(quick: bool) -> list[Row]:
             passes(heap <= HEAP_TARGET),
         )
     )
-    extra = (coalesced - alone) * 1e6
+    extra = extra_seconds * 1e6
     rows.append(Row("miss, coalesce off", alone * 1e6, "us", "-", "-"))
     rows.append(Row("miss, coalesce on", coalesced * 1e6, "us", "-", "-"))
     rows.append(
