@@ -101,7 +101,8 @@ class RecentKeys:
             if exact == raw and raw.find(b"null") < 0:
                 if len(known) >= ENTRIES:
                     del known[next(iter(known))]
-                known[raw] = key
+                # A copy: orjson's own bytes keep the spare room of its buffer (4 KiB).
+                known[bytes(memoryview(raw))] = key
         return key
 
 
