@@ -530,7 +530,7 @@ def main() -> None:
                     "app": label,
                     "server": software,
                     "requests_per_s": round(rps),
-                    "vs_bare_app": None if versus == "-" else round(rps / bare, 3),  # type: ignore[operator]
+                    "vs_bare_app": "-" if bare is None or versus == "-" else round(rps / bare, 3),
                     "vs_constant_response": round(rps / limit, 3),
                 }
             )
