@@ -101,12 +101,16 @@ class Bound:
         """Concurrent ``get``s, sent as one ``MGET`` (one per hash slot on a cluster)."""
         self.adds: Batcher[Command, bytes | None] = Batcher(self.gate, self._add_batch)
         """Concurrent ``add``s, sent as one pipeline of ``SET NX GET``."""
-        # Lone gets go over a connection of their own when the store made the client
-        # (``from_url`` sizes its pool for it): see ``get``.
+        # Lone gets go over a connection of their own when the store owns the client and
+        # its pool has room for one beyond the commands in flight (``from_url`` sizes it
+        # so: listener + lone gets): see ``get``.
         self._held: Any = None
         self._pool: Any = None
         if owned and isinstance(client, Redis) and client.connection is None:
-            self._pool = client.connection_pool
+            limit = settings.max_in_flight
+            room = getattr(client.connection_pool, "max_connections", 0)
+            if limit is None or room >= limit + 2:
+                self._pool = client.connection_pool
         self._held_busy = False
         self.renew = client.register_script(RENEW)
         self.replace = client.register_script(REPLACE)
