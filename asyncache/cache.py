@@ -85,7 +85,9 @@ class DecisionCache:
             ``max_entry_bytes``.
         store_timeout: seconds a store call may take before it is a miss; a
             store with ``enforces_timeouts`` (see ``DecisionStore``) is
-            bounded by its own timeouts instead.
+            bounded by its own timeouts instead. Calls share one timer per
+            sixteenth of it, so a call is stopped between ``store_timeout``
+            and an eighth more (``asyncache.deadlines``).
         secret: HMAC key; entries without a valid tag are misses.
         enabled: ``False`` computes every call and touches no store.
         failure_threshold: store failures in a row before the cool-down.

@@ -21,8 +21,10 @@ from .binding import Binder
 from .cache import DecisionCache
 from .engine import MISS
 from .errors import DecodeError, ReplayMiss
+from .keys import KeyBuilder
 from .methods import CachedMethod
 from .rebuild import Rebuild, caller_names, rebuilder
+from .recent import RecentKeys
 
 if TYPE_CHECKING:
     from .microbatch import BatchedPrediction
@@ -246,7 +248,7 @@ def cached_prediction(
         binder: Binder[P] = Binder(fn, ignore)
         name = namespace or f"{fn.__module__}.{fn.__qualname__}"
         builder = cache.key_builder(name, fingerprint)
-        wrapper = _wrap(fn, cache, binder, run, name, key, scope, builder.key)
+        wrapper = _wrap(fn, cache, binder, run, name, key, scope, builder)
 
         def make_key(*args: Any, **kwargs: Any) -> bytes:
             inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
@@ -279,7 +281,7 @@ def _wrap(
     name: str,
     key: Callable[..., Any] | None,
     scope: Callable[..., Any] | None,
-    key_of: Callable[..., bytes],
+    builder: KeyBuilder,
 ) -> Callable[..., Awaitable[Any]]:
     """The cached function: the hit path without another coroutine, the rest in the engine."""
     get_or_compute = cache.engine.get_or_compute
@@ -295,6 +297,7 @@ def _wrap(
         make = binder.make if binder.make is not None else dict
         count = binder.count if binder.make is not None else -1
         bind = binder.bind
+        key_of = RecentKeys(builder).key  # builder.key, hot inputs' keys remembered
 
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -317,7 +320,7 @@ def _wrap(
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
             where = scope(*args, **kwargs) if scope is not None else None
-            cache_key = key_of(inputs, where)
+            cache_key = builder.key(inputs, where)
             value = hit_now(cache_key)
             if value is not MISS:
                 return value

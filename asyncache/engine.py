@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -36,11 +36,13 @@ from .errors import DecodeError
 from .flight import Flight, FlightTable, copy_for_caller, error_for_caller
 from .guard import StoreGuard
 from .parts import FlightObserver, Leasing, Sampler
+from .recent import RecentValues
 from .runtime import cancelled, is_cancellation
 from .stats import CacheStats, RateLimitedLog
 from .stores.memory import MemoryStore
 from .stores.protocol import DecisionStore, Entry
 from .storing import AdmitHook, Fingerprint, StoreSide, TtlHook, replay_miss
+from .unshared import Unshared, unwrap
 
 __all__ = [
     "MISS",
@@ -60,21 +62,6 @@ Source = Callable[[str], None]
 """``source(where)``: told where a caller's answer came from when it did not compute it:
 ``"hit"`` (the store), ``"shared"`` (another caller's flight) or ``"adopted"`` (another
 process's decision, waited for under a lease)."""
-
-
-class Unshared(Generic[T]):
-    """A result for its own caller only: not stored and not handed to followers.
-
-    A ``compute`` returns one when what it produced belongs to the request that
-    asked (the middleware's response to one client that may not be stored);
-    the engine returns ``value`` to that caller, counts it as not admitted, and
-    the followers of its flight compute by themselves.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: T) -> None:
-        self.value = value
 
 
 class Engine(StoreSide):
@@ -120,6 +107,7 @@ class Engine(StoreSide):
         """Point the engine at ``store``: at construction, or before first use (CLI --store)."""
         self.store = store
         self.guard.use(store)
+        self.recent = RecentValues()
         # The stores' synchronous fast path, when they have one (MemoryStore, TieredStore).
         self._peek: Callable[[bytes], Entry | None] | None = getattr(store, "peek", None)
         # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
@@ -142,22 +130,30 @@ class Engine(StoreSide):
         if entry is None:
             return MISS
         value = entry.value
-        try:
-            if value[0] == PLAIN_HEADER and len(value) <= 2048 and self.secret is None:
-                envelope = _loads(value[1:])  # decode_envelope's fast path, without the call
-            else:
-                envelope = decode_envelope(
-                    value, key=key, secret=self.secret, max_size=self.max_decoded_bytes
-                )
-            result = envelope["v"]
-            saved = envelope["d"] or 0.0
-        except Exception:
-            return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
+        known = self.recent.get(key, value)
+        if known is not None:
+            result, saved, ttl = known  # decoded before from these very bytes (recent.py)
+        else:
+            try:
+                small = value[0] == PLAIN_HEADER and len(value) <= 2048 and self.secret is None
+                if small:
+                    envelope = _loads(value[1:])  # decode_envelope's fast path, without the call
+                else:
+                    envelope = decode_envelope(
+                        value, key=key, secret=self.secret, max_size=self.max_decoded_bytes
+                    )
+                result = envelope["v"]
+                saved = envelope["d"] or 0.0
+                ttl = envelope["t"]
+            except Exception:
+                return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
+            if small:
+                result = self.recent.keep(key, value, result, saved, ttl)
         stats = self.stats
         stats.hits += 1
         stats.compute_seconds_saved += saved
         if self.renew_on_hit:
-            self.maybe_renew(key, entry, envelope["t"])
+            self.maybe_renew(key, entry, ttl)
         return result
 
     async def get_or_compute(
@@ -185,7 +181,7 @@ class Engine(StoreSide):
         """
         if not self.enabled:
             self.stats.bypassed += 1
-            return _unwrap(await compute())  # type: ignore[no-any-return]
+            return unwrap(await compute())  # type: ignore[no-any-return]
         if self.shadow:
             if self.record:
                 return await self.record_result(key, compute, inputs)  # type: ignore[no-any-return]
@@ -201,7 +197,8 @@ class Engine(StoreSide):
                 self.stats.misses += 1
                 self.stats.coalesced += 1
                 return await self._follow(key, flight, compute, inputs, source)
-            entry = await self.store_get(key)
+            store = self.store  # store_get, inlined: one coroutine fewer on every remote hit
+            entry = await self.guard.call("get", lambda: store.get(key))
         if entry is not None:
             try:
                 envelope = decode_envelope(
@@ -229,7 +226,13 @@ class Engine(StoreSide):
         if flight is None:
             flight = self.flights.claim(key)
             self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
-            await flight.done.wait()
+            if flight.task is not None:  # asyncio (a trio flight has no task)
+                # The flight's first step runs just before this caller's next: a model that
+                # answers without suspending has landed by then, a loop turn sooner than a
+                # wake-up from the event would tell.
+                await asyncio.sleep(0)
+            if not flight.done.is_set():
+                await flight.done.wait()
             return flight.outcome()  # type: ignore[no-any-return]
         self.stats.coalesced += 1
         return await self._follow(key, flight, compute, inputs, source)
@@ -264,7 +267,10 @@ class Engine(StoreSide):
         token = None if observer is None else observer.start()
         outcome = "cancelled"
         try:
-            value, shared = await self._compute_shared(key, compute, inputs, source)
+            if self.leases is None:  # _compute_shared's first step, without its coroutine
+                value, shared = await self._compute_alone(key, compute, inputs)
+            else:
+                value, shared = await self._compute_shared(key, compute, inputs, source)
         except BaseException as exc:
             if is_cancellation(exc):
                 flight.set_error(cancelled("the computation was cancelled"))
@@ -398,7 +404,3 @@ class Engine(StoreSide):
         if self.background:
             await asyncio.gather(*list(self.background), return_exceptions=True)
         await self.flights.aclose()
-
-
-def _unwrap(result: Any) -> Any:
-    return result.value if type(result) is Unshared else result

@@ -21,7 +21,7 @@ import copy
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
-from .runtime import cancelled, is_cancellation, new_event, spawn, wait_for
+from .runtime import cancel_and_wait, cancelled, is_cancellation, new_event, spawn, wait_for
 
 __all__ = ["Flight", "FlightTable", "copy_for_caller", "error_for_caller"]
 
@@ -128,7 +128,14 @@ class FlightTable(Generic[T]):
         A task cancelled before it first ran cannot, so ``aclose`` finishes
         whatever flight is still open.
         """
-        flight.task = spawn(work, self._tasks, forget_when_done=False)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # trio: a system task (runtime.spawn)
+            flight.task = spawn(work, self._tasks, forget_when_done=False)
+            return
+        # spawn's asyncio branch, inlined: every coalesced miss comes through here.
+        task = flight.task = loop.create_task(work)
+        self._tasks.add(task)
 
     def landed(self, key: bytes, flight: Flight[T]) -> None:
         """The last thing a launched task does: forget its flight and its task."""
@@ -147,10 +154,7 @@ class FlightTable(Generic[T]):
     async def aclose(self) -> None:
         """Cancel running computations and wait for them to end."""
         tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         # A launched task cancelled before it first ran never finished its flight.
         for key, flight in list(self._flights.items()):
             if flight.task in tasks:

@@ -20,6 +20,7 @@ import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
+from .deadlines import Deadlines
 from .stats import CacheStats, RateLimitedLog
 
 __all__ = ["READS", "Health", "StoreGuard"]
@@ -36,7 +37,7 @@ def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T
 
     Stores like MemoryStore answer without suspending; starting their coroutine
     by hand lets those answers skip the timeout machinery entirely, and only a
-    store that really waits pays for ``asyncio.timeout``.
+    store that really waits joins a shared deadline (``deadlines.py``).
     """
     while True:
         try:
@@ -88,13 +89,14 @@ class StoreGuard:
     """
 
     __slots__ = (
+        "_deadlines",
         "_log",
         "_stats",
+        "_suspends",
         "_timed",
         "failure_cooldown",
         "failure_threshold",
         "reads",
-        "timeout",
         "writes",
     )
 
@@ -119,10 +121,21 @@ class StoreGuard:
         """The health of every other call."""
         self.use(store)
 
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a call may take before it is a failure; ``None`` waits as long as it takes."""
+        return None if self._deadlines is None else self._deadlines.timeout
+
+    @timeout.setter
+    def timeout(self, timeout: float | None) -> None:
+        self._deadlines = None if timeout is None else Deadlines(timeout)
+
     def use(self, store: object) -> None:
         """Guard ``store`` from now on (the CLI's ``--store`` swaps it before first use)."""
         # Read once: the hit path then tests one attribute of ours, not the store's.
         self._timed = getattr(store, "enforces_timeouts", False) is not True
+        # Set once a call suspended: later calls skip starting by hand (``_resume``).
+        self._suspends = False
 
     def health(self, what: str) -> Health:
         """The health that call ``what`` counts toward."""
@@ -148,17 +161,19 @@ class StoreGuard:
             awaitable = make()
             if not self._timed:
                 result: T = await awaitable
+            elif self._suspends and self._task() is not None:
+                # This store waits on I/O: no point starting its call by hand first.
+                result = await self._deadlines.run(awaitable)  # type: ignore[union-attr]
             elif isinstance(awaitable, Coroutine):
                 try:
                     yielded = awaitable.send(None)
                 except StopIteration as stop:
                     result = stop.value
                 else:
-                    async with asyncio.timeout(self.timeout):
-                        result = await _resume(awaitable, yielded)
+                    self._suspends = True
+                    result = await self._bounded(_resume(awaitable, yielded))
             else:
-                async with asyncio.timeout(self.timeout):
-                    result = await awaitable
+                result = await self._bounded(awaitable)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -166,6 +181,23 @@ class StoreGuard:
             return None
         health.failures = 0
         return result
+
+    def _task(self) -> asyncio.Task[Any] | None:
+        """The task a call can share deadlines in (asyncio, a timeout long enough), or None."""
+        deadlines = self._deadlines
+        if deadlines is None or not deadlines.shared:
+            return None
+        try:
+            return asyncio.current_task()
+        except RuntimeError:  # no asyncio loop: trio
+            return None
+
+    async def _bounded(self, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable`` under the timeout: a shared deadline when it can."""
+        if self._task() is not None:
+            return await self._deadlines.run(awaitable)  # type: ignore[union-attr]
+        async with asyncio.timeout(self.timeout):
+            return await awaitable
 
     def failed(self, what: str, exc: Exception) -> None:
         """Count and log a failed store call; start its kind's cool-down after too many in a row."""

@@ -26,11 +26,11 @@ from typing import Any
 
 import orjson
 
-__all__ = ["KEY_VERSION", "KeyBuilder", "canonical", "make_key"]
+__all__ = ["KEY_VERSION", "PLAIN_OPTIONS", "KeyBuilder", "canonical", "make_key", "refuse"]
 
 KEY_VERSION = "asyncache/1"
 
-_OPTIONS = (
+PLAIN_OPTIONS = (
     orjson.OPT_SORT_KEYS
     | orjson.OPT_PASSTHROUGH_DATETIME
     | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -74,7 +74,7 @@ class _Refused(Exception):
         return f"cannot build a cache key from {where}{location}{self.detail}{_ADVICE}"
 
 
-def _refuse(obj: Any) -> Any:
+def refuse(obj: Any) -> Any:
     raise TypeError  # inside orjson's fallback: the input needs the careful walk
 
 
@@ -342,8 +342,8 @@ def canonical(obj: Any, *, name: str | None = None) -> bytes:
             nests more than 254 containers deep or contains itself.
     """
     try:
-        raw = _dumps(obj, default=_refuse, option=_OPTIONS)
-    except orjson.JSONEncodeError:  # a TypeError: what _refuse raises, or what orjson does
+        raw = _dumps(obj, default=refuse, option=PLAIN_OPTIONS)
+    except orjson.JSONEncodeError:  # a TypeError: what refuse raises, or what orjson does
         pass
     else:
         # orjson writes None, NaN and the infinities alike as null. The rule: the
@@ -397,13 +397,15 @@ class KeyBuilder:
             TypeError: an input cannot be encoded.
         """
         if scope is None:
-            hasher = self._hasher.copy()
-        else:
-            hasher = self._scoped.copy()
-            hasher.update(canonical(scope, name="scope"))
-            hasher.update(b",")
-        hasher.update(canonical(inputs))
-        hasher.update(b"]")
+            return self.digest(canonical(inputs))
+        hasher = self._scoped.copy()
+        hasher.update(canonical(scope, name="scope") + b"," + canonical(inputs) + b"]")
+        return hasher.digest()
+
+    def digest(self, raw: bytes) -> bytes:
+        """The unscoped key of the inputs whose ``canonical`` bytes are ``raw``."""
+        hasher = self._hasher.copy()
+        hasher.update(raw + b"]")
         return hasher.digest()
 
 

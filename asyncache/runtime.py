@@ -18,10 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
-__all__ = ["Event", "cancelled", "is_cancellation", "new_event", "spawn", "wait_for"]
+__all__ = [
+    "Event",
+    "Signal",
+    "cancel_and_wait",
+    "cancelled",
+    "is_cancellation",
+    "new_event",
+    "spawn",
+    "wait_for",
+]
 
 
 class Event(Protocol):
@@ -34,8 +43,51 @@ class Event(Protocol):
         """Whether ``set`` was called."""
         ...
 
-    async def wait(self) -> Any:
-        """Wait until ``set`` is called."""
+    def wait(self) -> Awaitable[Any]:
+        """Wait until ``set`` is called (await what it returns)."""
+
+
+class Signal:
+    """asyncio's ``Event`` less what waiting on a flight does not use: cheaper to make and set.
+
+    Every miss that coalesces makes one, waits on it and sets it; asyncio's
+    ``Event`` binds itself to the loop on first wait and removes each waiter
+    from a deque when it wakes. Here a waiter is a future in a list that
+    ``set`` empties; a waiter that stopped waiting (cancelled, timed out)
+    leaves a cancelled future that ``set`` skips.
+    """
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def set(self) -> None:
+        """Wake every waiter."""
+        if not self._set:
+            self._set = True
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def is_set(self) -> bool:
+        """Whether ``set`` was called."""
+        return self._set
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future of this waiter's own, done once ``set`` is called (await it).
+
+        A future, not a coroutine: one object fewer per wait. Cancelling it
+        (its waiter was cancelled) touches no other waiter.
+        """
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._set:
+            waiter.set_result(None)
+        else:
+            self._waiters.append(waiter)
+        return waiter
 
 
 def _on_asyncio() -> bool:
@@ -54,16 +106,16 @@ def _trio() -> Any:
 
 
 def new_event() -> Event:
-    """An event of the running loop's kind (asyncio's when no trio loop is running)."""
+    """An event of the running loop's kind: a ``Signal`` unless a trio loop is running."""
     if "trio" in sys.modules and not _on_asyncio():
         trio = _trio()
         try:
             trio.lowlevel.current_trio_token()
         except RuntimeError:
-            return asyncio.Event()
+            return Signal()
         event: Event = trio.Event()
         return event
-    return asyncio.Event()
+    return Signal()
 
 
 async def wait_for(event: Event, timeout: float | None) -> bool:  # noqa: ASYNC109
@@ -73,7 +125,7 @@ async def wait_for(event: Event, timeout: float | None) -> bool:  # noqa: ASYNC1
     if timeout is None:
         await event.wait()
         return True
-    if isinstance(event, asyncio.Event):
+    if isinstance(event, Signal | asyncio.Event):
         try:
             async with asyncio.timeout(timeout):
                 await event.wait()
@@ -119,6 +171,14 @@ def spawn(
 
     trio.lowlevel.spawn_system_task(run, context=contextvars.copy_context())
     return None
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel asyncio ``tasks`` and wait until every one has ended (their errors ignored)."""
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def is_cancellation(exc: BaseException) -> bool:

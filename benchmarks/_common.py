@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tests.servers import RedisServer
+    from tests.servers import RedisCluster, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -110,3 +110,13 @@ def start_redis(workdir: Path) -> RedisServer | None:
     server = RedisServer(binary, workdir / "redis")
     server.start()
     return server
+
+
+def start_redis_cluster(workdir: Path) -> RedisCluster | None:
+    """A started private 3-master Redis Cluster on free ports; None without redis-cli/server."""
+    from tests.servers import start_cluster
+
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        return None
+    return start_cluster(server, cli, workdir / "redis-cluster")

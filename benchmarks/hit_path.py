@@ -46,8 +46,11 @@ HIT_TARGET_US = 2.0
 KEY_TARGETS_US = {140: 1.0, 2_000: 3.0, 20_000: 20.0}
 HEAP_TARGET = 400
 COALESCE_EXTRA_TARGET_US = 10.0
-AIOCACHE_RATIO_TARGET = 7.0
-CASHEWS_RATIO_TARGET = 15.0
+# Raised by the performance issue: asyncache's hit at 140 chars at least this many
+# times faster than aiocache's and cashews', and at most this many times async-lru's.
+AIOCACHE_RATIO_TARGET = 10.0
+CASHEWS_RATIO_TARGET = 20.0
+ASYNC_LRU_MAX_RATIO = 1.3
 IMPORT_TARGET_MS = 50.0
 
 
@@ -155,23 +158,37 @@ async def heap_per_decision(count: int) -> float:
     return (after - before) / count
 
 
-async def miss_cost(coalesce: bool, count: int, repeats: int) -> float:
+async def miss_round(coalesce: bool, contexts: list[str]) -> float:
     """Mean seconds per miss (distinct inputs, an instant function, a fresh store)."""
-    means = []
+    answer = make_answer(DecisionCache(MemoryStore(), coalesce=coalesce))
+    await answer("warm-up", QUESTIONS)
+    gc.disable()
+    try:
+        started = clock()
+        for context in contexts:
+            await answer(context, QUESTIONS)
+        mean = (clock() - started) / len(contexts)
+    finally:
+        gc.enable()
+    assert answer.cache.stats()["misses"] == len(contexts) + 1
+    return mean
+
+
+async def miss_costs(count: int, repeats: int) -> tuple[float, float, float]:
+    """Seconds per miss with coalescing on and off, and what coalescing adds.
+
+    The two run in alternating rounds (the order swapping each round), and the
+    extra cost is the median of the rounds' differences, so that a change in
+    the machine's load between rounds shifts both sides alike.
+    """
     contexts = [context_of(140, seed) for seed in range(count)]
-    for _ in range(repeats):
-        answer = make_answer(DecisionCache(MemoryStore(), coalesce=coalesce))
-        await answer("warm-up", QUESTIONS)
-        gc.disable()
-        try:
-            started = clock()
-            for context in contexts:
-                await answer(context, QUESTIONS)
-            means.append((clock() - started) / count)
-        finally:
-            gc.enable()
-        assert answer.cache.stats()["misses"] == count + 1
-    return statistics.median(means)
+    on: list[float] = []
+    off: list[float] = []
+    for round_ in range(repeats):
+        for coalesce in (True, False) if round_ % 2 == 0 else (False, True):
+            (on if coalesce else off).append(await miss_round(coalesce, contexts))
+    extra = statistics.median(a - b for a, b in zip(on, off, strict=True))
+    return statistics.median(on), statistics.median(off), extra
 
 
 async def stampede(callers: int) -> int:
@@ -293,8 +310,7 @@ async def measure(quick: bool) -> list[Row]:
     keys = key_costs(number, repeats)
     heap = await heap_per_decision(5_000 if quick else 50_000)
     miss_count = 500 if quick else 5_000
-    coalesced = await miss_cost(True, miss_count, repeats)
-    alone = await miss_cost(False, miss_count, repeats)
+    coalesced, alone, extra_seconds = await miss_costs(miss_count, repeats)
     runs = await stampede(1_000)
     peers = await peer_hits(number, repeats)
     imported = import_ms(5 if quick else 15)
@@ -331,7 +347,7 @@ async def measure(quick: bool) -> list[Row]:
             passes(heap <= HEAP_TARGET),
         )
     )
-    extra = (coalesced - alone) * 1e6
+    extra = extra_seconds * 1e6
     rows.append(Row("miss, coalesce off", alone * 1e6, "us", "-", "-"))
     rows.append(Row("miss, coalesce on", coalesced * 1e6, "us", "-", "-"))
     rows.append(
@@ -355,15 +371,12 @@ async def measure(quick: bool) -> list[Row]:
             target = targets.get(name) if size == 140 else None
             shown = f"{ratio:.1f}x" if ratio >= 1 else f"{ratio:.2f}x"
             verdict = shown + (f" {passes(ratio >= target)}" if target else "")
-            rows.append(
-                Row(
-                    f"{name} hit, {size:,} chars",
-                    theirs * 1e6,
-                    "us",
-                    f"asyncache >= {target:g}x faster" if target else "-",
-                    verdict,
-                )
-            )
+            wanted = f"asyncache >= {target:g}x faster" if target else "-"
+            if name == "async-lru" and size == 140:
+                # Time per hit: asyncache's over async-lru's, at most the target.
+                wanted = f"asyncache <= {ASYNC_LRU_MAX_RATIO:g}x its time"
+                verdict = f"{1 / ratio:.2f}x {passes(1 / ratio <= ASYNC_LRU_MAX_RATIO)}"
+            rows.append(Row(f"{name} hit, {size:,} chars", theirs * 1e6, "us", wanted, verdict))
     rows.append(
         Row(
             "import asyncache",

@@ -13,8 +13,14 @@ process on a free loopback port, driven by ``wrk`` (or, without it, an asyncio
 client in another process, which is then the bottleneck). Every request of the
 cached app is a hit: one warm-up request stores the answer first.
 
+Part 2 also serves a constant response (a raw ASGI app that reads the request
+and answers a fixed body: the fastest any in-process cache could answer), over
+uvicorn and over granian (when installed), and compares the cached app's hit
+throughput with it on the same server.
+
 Targets: in-process hit <= 0.6x the bare Starlette route and <= 0.15x a
-fastapi-cache2 hit; real-server hit throughput >= 1.3x the bare app.
+fastapi-cache2 hit; real-server hit throughput >= 1.3x the bare app, and
+>= 0.9x the constant response's on the same server.
 """
 
 import argparse
@@ -122,7 +128,44 @@ def cached(app: Any, **options: Any) -> Any:
     return DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/predict"], **options)
 
 
+CONSTANT_BODY = json.dumps(ANSWER, separators=(",", ":")).encode()
+
+
+def constant_app() -> ASGIApp:
+    """The limit: a raw ASGI app that reads the request and answers one constant response.
+
+    No routing, no parsing, no cache: the fastest any in-process cache could
+    answer over the same server. It still reads the body, as a cache must.
+    """
+    start = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(CONSTANT_BODY)).encode()),
+        ],
+    }
+    body = {"type": "http.response.body", "body": CONSTANT_BODY}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send(start)
+        await send(body)
+
+    return app
+
+
+def granian_target() -> Any:
+    """What a granian worker serves (``factory=True``): the app ``--serve`` named."""
+    return serve_app(os.environ["ASYNCACHE_BENCH_APP"])
+
+
 def serve_app(kind: str) -> Any:
+    if kind == "constant":
+        return constant_app()
     if kind == "starlette":
         return starlette_app()
     if kind == "fastapi":
@@ -258,12 +301,12 @@ def probe(port: int) -> tuple[int, str | None]:
 
 
 @contextlib.contextmanager
-def server(kind: str) -> Iterator[int]:
+def server(kind: str, software: str = "uvicorn") -> Iterator[int]:
     from tests.support import free_port
 
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, __file__, "--serve", kind, "--port", str(port)],
+        [sys.executable, __file__, "--serve", kind, "--server", software, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -353,13 +396,17 @@ def asyncio_client(port: int, seconds: int, connections: int) -> float:
 
 
 def real_server(seconds: int, rounds: int, connections: int) -> tuple[dict[str, float], str]:
-    kinds = ["starlette", "starlette+asyncache", "fastapi", "fastapi+asyncache"]
+    """Best requests/s per app over ``rounds`` interleaved rounds ("app@granian": on granian)."""
+    kinds = ["constant", "starlette", "starlette+asyncache", "fastapi", "fastapi+asyncache"]
+    if importlib.util.find_spec("granian") is not None:
+        kinds += ["constant@granian", "starlette+asyncache@granian"]
     use_wrk = shutil.which("wrk") is not None
     generator = f"wrk -t1 -c{connections}" if use_wrk else f"asyncio client, {connections} conns"
     results: dict[str, list[float]] = {kind: [] for kind in kinds}
     for _ in range(rounds):
         for kind in kinds:
-            with server(kind) as port:
+            app, _, software = kind.partition("@")
+            with server(app, software or "uvicorn") as port:
                 if "asyncache" in kind:
                     status, outcome = probe(port)
                     assert (status, outcome) == (200, "hit"), (status, outcome)
@@ -379,7 +426,24 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--server", default="uvicorn", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve and args.server == "granian":
+        from granian import Granian  # type: ignore[attr-defined]
+
+        os.environ["ASYNCACHE_BENCH_APP"] = args.serve
+        Granian(
+            "middleware:granian_target",
+            address="127.0.0.1",
+            port=args.port,
+            interface="asgi",  # type: ignore[arg-type]
+            workers=1,
+            loop="uvloop" if server_stack()[1] == "uvloop" else "asyncio",  # type: ignore[arg-type]
+            websockets=False,
+            factory=True,
+            log_enabled=False,
+        ).serve()
+        return
     if args.serve:
         import uvicorn
 
@@ -447,15 +511,28 @@ def main() -> None:
         )
         print(described)
         print()
-        print("| app | requests/s | vs its bare app |")
-        print("|---|---:|---:|")
+        print("| app | server | requests/s | vs its bare app | vs constant response |")
+        print("|---|---|---:|---:|---:|")
         rows = []
         for kind, rps in throughput.items():
-            bare = throughput[kind.split("+")[0]]
-            label = f"{kind} (every request a hit)" if "+" in kind else f"{kind} (bare)"
-            print(f"| {label} | {rps:,.0f} | {rps / bare:.2f}x |")
+            app, _, software = kind.partition("@")
+            software = software or "uvicorn"
+            limit = throughput["constant" + (f"@{software}" if software != "uvicorn" else "")]
+            bare = None if app == "constant" else throughput.get(app.split("+")[0])
+            if app == "constant":
+                label = "constant response (raw ASGI, the limit)"
+            else:
+                label = f"{app} (every request a hit)" if "+" in app else f"{app} (bare)"
+            versus = "-" if bare is None or software != "uvicorn" else f"{rps / bare:.2f}x"
+            print(f"| {label} | {software} | {rps:,.0f} | {versus} | {rps / limit:.2f}x |")
             rows.append(
-                {"app": label, "requests_per_s": round(rps), "vs_bare_app": round(rps / bare, 3)}
+                {
+                    "app": label,
+                    "server": software,
+                    "requests_per_s": round(rps),
+                    "vs_bare_app": "-" if bare is None or versus == "-" else round(rps / bare, 3),
+                    "vs_constant_response": round(rps / limit, 3),
+                }
             )
         ratio = throughput["starlette+asyncache"] / throughput["starlette"]
         report["real_server"] = {"description": described, "rows": rows, "columns": list(rows[0])}
@@ -465,6 +542,18 @@ def main() -> None:
             f"target: hit throughput >= 1.3x the bare app: {ratio:.2f}x "
             f"({'met' if ratio >= 1.3 else 'NOT met'})"
         )
+        for software in ("uvicorn", "granian"):
+            suffix = "" if software == "uvicorn" else f"@{software}"
+            if f"constant{suffix}" not in throughput:
+                continue
+            limit_ratio = (
+                throughput[f"starlette+asyncache{suffix}"] / throughput[f"constant{suffix}"]
+            )
+            report[f"server_hit_vs_constant_{software}"] = round(limit_ratio, 3)
+            print(
+                f"target: hit throughput over {software} >= 0.9x the constant response: "
+                f"{limit_ratio:.2f}x ({'met' if limit_ratio >= 0.9 else 'NOT met'})"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 

@@ -335,6 +335,54 @@ def redis_setups(url: str, host: str, port: int) -> dict[str, Setup]:
     }
 
 
+def cluster_setups(url: str) -> dict[str, Setup]:
+    """A cached ``_model`` on Redis Cluster, and redis-py's cluster ``GET`` alone."""
+
+    async def asyncache_cluster() -> Any:
+        from asyncache import DecisionCache, cached_prediction
+        from asyncache.adapters.redis import RedisStore
+
+        store = RedisStore.from_url(url, prefix="report:asyncache:", max_connections=POOL)
+        cache = DecisionCache(store, fingerprint="bench")
+        return cached_prediction(cache, namespace="bench")(_model), cache.aclose
+
+    async def raw_cluster_get() -> Any:
+        from redis.asyncio.cluster import RedisCluster
+
+        first = url.removeprefix("redis+cluster://").split(",")[0]
+        client = RedisCluster.from_url(f"redis://{first}", max_connections=POOL)
+        value = b"\x10" + json.dumps({"v": [True, False], "t": None, "c": 0, "d": 0}).encode()
+        names = [f"report:raw:{i}" for i in range(256)]  # spread over the slots
+        for name in names:
+            await client.set(name, value)
+        turn = iter(range(1 << 62))
+
+        async def get(text: str, questions: tuple[str, ...]) -> bytes | None:
+            return await client.get(names[next(turn) % 256])  # type: ignore[no-any-return]
+
+        return get, client.aclose
+
+    return {"asyncache": asyncache_cluster, "redis-py cluster GET (driver alone)": raw_cluster_get}
+
+
+@contextmanager
+def redis_cluster() -> Iterator[str | None]:
+    """A private 3-master Redis Cluster's ``redis+cluster://`` URL, or None without one."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        yield None
+        return
+    sys.path.insert(0, str(ROOT))
+    from tests.servers import start_cluster
+
+    with tempfile.TemporaryDirectory(prefix="asyncache-report-cluster-") as workdir:
+        cluster = start_cluster(server, cli, Path(workdir))
+        try:
+            yield cluster.url
+        finally:
+            cluster.stop()
+
+
 def sqlite_setups(directory: Path) -> dict[str, Setup]:
     """A cached ``_model`` on SQLite, and an aiosqlite ``execute_fetchall`` alone."""
 
@@ -544,13 +592,33 @@ async def measure_here(quick: bool) -> tuple[list[Series], list[str]]:
                     "Hit throughput by concurrency: Redis (loopback)",
                     redis_setups(url, host, port),
                     note=f"Every client may open up to {POOL} connections (asyncache's default "
-                    "is 64), so none waits for a free one. Driver alone: redis-py GET of one key.",
+                    "is 64), so none waits for a free one. Driver alone: redis-py GET of one key. "
+                    "asyncache sends the gets of one loop turn as one MGET (auto-pipelining).",
                     keys=256,
                     total=total // 2,
                     repeats=repeats,
                 )
             )
             log("measured Redis throughput")
+    with redis_cluster() as cluster_url:
+        if cluster_url is None:
+            notes.append(
+                "Redis Cluster throughput not measured: redis-server or redis-cli missing."
+            )
+        else:
+            series.append(
+                await throughput_by_concurrency(
+                    "Hit throughput by concurrency: Cluster (Redis Cluster, 3 masters, loopback)",
+                    cluster_setups(cluster_url),
+                    note=f"Every client may open up to {POOL} connections per node. Driver "
+                    "alone: redis-py's cluster client GET over 256 keys spread across the slots. "
+                    "asyncache sends the gets of one loop turn as one MGET per hash slot.",
+                    keys=256,
+                    total=total // 2,
+                    repeats=repeats,
+                )
+            )
+            log("measured Redis Cluster throughput")
     return series, notes
 
 

@@ -123,9 +123,10 @@ class TestFromUrl:
             assert kwargs["client_name"] == "worker"
             assert kwargs["retry"].get_retries() == 4
             assert store.prefix == b"app:"
-            # max_connections commands at once, plus the lease listener's connection.
+            # max_connections commands at once, plus the lease listener's connection
+            # and the one lone gets keep.
             assert store.max_in_flight == 7
-            assert pool_of(store).max_connections == 8
+            assert pool_of(store).max_connections == 9
         finally:
             await store.aclose()
 
@@ -329,7 +330,10 @@ class TestLayout:
         store = RedisStore.from_url(redis_server.url, prefix=redis_prefix)
         counter = Redis.from_url(redis_server.url)
         try:
-            await store.get(key(0))  # connects (the handshake is not what is measured)
+            # Connects (the handshake is not what is measured): the pool's connection
+            # and the one lone gets keep.
+            await store.get(key(0))
+            await store.add(key(0), b"zero", time.time() + HOUR)
             await counter.config_resetstat()
             await store.add(key(1), b"one", time.time() + HOUR)
             await store.add(key(1), b"loser", time.time() + HOUR)
@@ -1001,3 +1005,41 @@ class TestThroughTheEngine:
         finally:
             await cache.aclose()
             await RedisStore(raw, prefix=redis_prefix).clear()
+
+
+@pytest.mark.parametrize("error", [AttributeError, TypeError])
+async def test_a_connection_torn_down_inside_the_driver_is_a_store_error(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
+) -> None:
+    """redis-py raises AttributeError or TypeError from inside itself when a connection is
+    torn down under a command (a cluster client's topology refresh under load): a failed
+    call (``StoreError``) for the store, a miss for the cache, never the driver's crash."""
+    await store.add(key(1), b"kept", None)
+    assert (await store.get(key(1))) == Entry(b"kept", None)
+
+    def torn_down(self: object, command: object) -> None:
+        raise error("'NoneType' object has no attribute 'writelines'")
+
+    from redis.asyncio.connection import AbstractConnection
+
+    # The one fault that cannot be made on purpose: the driver's connection state mid-race.
+    monkeypatch.setattr(AbstractConnection, "_send_packed_command", torn_down)
+    with pytest.raises(StoreError, match="writelines"):
+        await store.get(key(1))
+    with pytest.raises(StoreError, match="writelines"):
+        await store.add(key(2), b"new", None)
+    gets = await asyncio.gather(*(store.get(key(n)) for n in range(8)), return_exceptions=True)
+    assert all(isinstance(result, StoreError) for result in gets), gets
+
+    cache = DecisionCache(store, fingerprint="torn", store_timeout=5.0)
+    runs = 0
+
+    @cached_prediction(cache)
+    async def predict(text: str) -> str:
+        nonlocal runs
+        runs += 1
+        return text.upper()
+
+    assert await predict("still answers") == "STILL ANSWERS"
+    assert runs == 1
+    assert cache.stats()["errors"] >= 1

@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 
 from ...errors import ConfigurationError, StoreError
 
-__all__ = ["Gate", "check_limit", "store_error"]
+__all__ = ["DRIVER_ERRORS", "Gate", "check_limit", "store_error"]
 
 
 class Gate:
@@ -85,7 +85,7 @@ class Gate:
                 return
             try:
                 await self._prepare()
-            except (RedisError, OSError) as exc:
+            except DRIVER_ERRORS as exc:
                 raise store_error(exc) from exc
             self.ready = True
 
@@ -109,8 +109,16 @@ class Gate:
         traceback: TracebackType | None,
     ) -> None:
         self.leave()
-        if isinstance(exc, RedisError | OSError):
+        if isinstance(exc, DRIVER_ERRORS):
             raise store_error(exc) from exc
+
+
+# What a driver call can raise when Redis fails. redis-py's own errors and socket
+# errors, and two it raises from inside itself when a connection is torn down
+# under a command in flight (a cluster client refreshing its topology after a
+# timeout disconnects the connections other commands hold: "'NoneType' object
+# has no attribute 'writelines'"): a failed call all the same, never a crash.
+DRIVER_ERRORS = (RedisError, OSError, AttributeError, TypeError)
 
 
 def check_limit(limit: int | None) -> None:

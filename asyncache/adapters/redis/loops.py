@@ -24,6 +24,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from ...errors import ConfigurationError, StoreError
+from .batches import Batcher
 from .channels import Handler, Invalidations, Listener
 from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
@@ -31,7 +32,10 @@ from .leases import LeaseKeys
 from .scripts import DELETE, RENEW, REPLACE
 from .url import Client
 
-__all__ = ["Bound", "Loops", "Settings", "copy_client"]
+__all__ = ["Bound", "Command", "Loops", "Settings", "copy_client"]
+
+Command = tuple[tuple[Any, ...], dict[str, Any]]
+"""A command's arguments and its options for redis-py (``get=True`` for ``SET ... GET``)."""
 
 
 class Settings(NamedTuple):
@@ -93,6 +97,21 @@ class Bound:
         prepare = client.initialize if isinstance(client, RedisCluster) else None
         self.gate = Gate(settings.max_in_flight, settings.pool_timeout, prepare)
         self.execute: Callable[..., Any] = client.execute_command
+        self.reads: Batcher[bytes, bytes | None] = Batcher(self.gate, self._get_batch)
+        """Concurrent ``get``s, sent as one ``MGET`` (one per hash slot on a cluster)."""
+        self.adds: Batcher[Command, bytes | None] = Batcher(self.gate, self._add_batch)
+        """Concurrent ``add``s, sent as one pipeline of ``SET NX GET``."""
+        # Lone gets go over a connection of their own when the store owns the client and
+        # its pool has room for one beyond the commands in flight (``from_url`` sizes it
+        # so: listener + lone gets): see ``get``.
+        self._held: Any = None
+        self._pool: Any = None
+        if owned and isinstance(client, Redis) and client.connection is None:
+            limit = settings.max_in_flight
+            room = getattr(client.connection_pool, "max_connections", 0)
+            if limit is None or room >= limit + 2:
+                self._pool = client.connection_pool
+        self._held_busy = False
         self.renew = client.register_script(RENEW)
         self.replace = client.register_script(REPLACE)
         self.delete = client.register_script(DELETE)
@@ -126,6 +145,52 @@ class Bound:
             return self.client.pipeline()
         return self.client.pipeline(transaction=False)
 
+    async def get(self, name: bytes) -> bytes | None:
+        """``GET name``: a lone get, the one a caller alone in its loop turn sends.
+
+        Over the connection this loop keeps for them when it has one and it is
+        free: redis-py's ``execute_command`` takes a connection from the pool
+        and gives it back on every call, which costs about as much again as
+        the round trip on a loopback. The connection's retry policy and socket
+        timeouts still apply; a failed or cancelled read leaves it
+        disconnected (redis-py's rule), and the next get reconnects it.
+        """
+        if self._pool is None or self._held_busy:
+            return await self.execute("GET", name)  # type: ignore[no-any-return]
+        self._held_busy = True
+        try:
+            held = self._held
+            if held is None:
+                held = self._held = await self._pool.get_connection()
+            return await held.retry.call_with_retry(  # type: ignore[no-any-return]
+                lambda: self._get_on(held, name), lambda _: held.disconnect()
+            )
+        finally:
+            self._held_busy = False
+
+    @staticmethod
+    async def _get_on(connection: Any, name: bytes) -> bytes | None:
+        await connection.send_command("GET", name)
+        return await connection.read_response()  # type: ignore[no-any-return]
+
+    async def _get_batch(self, names: list[bytes]) -> list[bytes | None]:
+        # A hot key asked for by many callers at once is read once.
+        unique = list(dict.fromkeys(names))
+        if isinstance(self.client, RedisCluster):
+            raws = await self.client.mget_nonatomic(unique)
+        else:
+            raws = await self.execute("MGET", *unique)
+        if len(unique) == len(names):
+            return list(raws)
+        found = dict(zip(unique, raws, strict=True))
+        return [found[name] for name in names]
+
+    async def _add_batch(self, commands: list[Command]) -> list[bytes | None]:
+        pipe = self.pipeline()
+        for args, options in commands:
+            pipe.execute_command(*args, **options)
+        return list(await pipe.execute())
+
     async def aclose(self) -> None:
         """Stop listening, wake lease waiters, close an owned client; idempotent."""
         if self.closed:
@@ -133,6 +198,12 @@ class Bound:
         self.closed = True
         self._forget(self)
         self.leases.close()
+        await self.reads.aclose()
+        await self.adds.aclose()
+        held, self._held = self._held, None
+        if held is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._pool.release(held)
         await self.listener.aclose()
         keeper, self._keeper = self._keeper, None
         if keeper is not None:

@@ -241,7 +241,8 @@ def _build(url: str, overrides: Mapping[str, object]) -> Connected:
                 f"the path of {redact(url)!r} must be a database number"
             ) from None
     # The store admits max_connections commands at a time; one more connection
-    # is for the lease listener's subscription.
+    # is for the lease listener's subscription (and on one server, one more for lone
+    # gets: loops.Bound.get).
     pool_size = max_connections + 1
 
     if scheme.endswith("+cluster"):
@@ -272,7 +273,7 @@ def _build(url: str, overrides: Mapping[str, object]) -> Connected:
     # A plain pool, bounded: the store's own gate makes callers wait for a free
     # connection, which costs nothing while one is free (BlockingConnectionPool
     # takes an asyncio.Condition on every command, ~10 us of a ~50 us hit).
-    pool = ConnectionPool(max_connections=pool_size, **pool_kwargs)
+    pool = ConnectionPool(max_connections=pool_size + 1, **pool_kwargs)
     return Connected(Redis.from_pool(pool), prefix, max_connections, pool_timeout)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ...stores.protocol import Entry
 from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pack, pxat, unpack
-from .loops import Bound
+from .loops import Bound, Command
 
 __all__ = ["Writes"]
 
@@ -33,22 +33,23 @@ class Writes:
         """Entries stored over one that expired by this clock but not Redis's."""
 
     async def add(self, bound: Bound, key: bytes, value: bytes, expires_at: float | None) -> Entry:
-        """Store ``value`` unless a live entry exists; return the winner. One round trip."""
+        """Store ``value`` unless a live entry exists; return the winner. One round trip.
+
+        Adds that arrive while another is in flight go out together in one pipeline.
+        """
         name = self.prefix + key
         expires_at = expiry(expires_at)
-        async with bound.gate:
-            if expires_at is None:
-                old = await bound.execute(
-                    "SET", name, NO_EXPIRY_HEADER + value, "NX", "GET", get=True
-                )
-            elif expires_at > time.time():
-                stored = HEADER.pack(EXPIRES, expires_at) + value
-                old = await bound.execute(
-                    "SET", name, stored, "NX", "PXAT", pxat(expires_at), "GET", get=True
-                )
-            else:
-                # Already expired: nothing to store, but a live entry there still wins.
-                old = await bound.execute("GET", name)
+        command = self._command(name, value, expires_at, time.time())
+        adds = bound.adds
+        if adds.lone():
+            adds.busy += 1
+            try:
+                async with bound.gate:
+                    old = await bound.execute(*command[0], **command[1])
+            finally:
+                adds.busy -= 1
+        else:
+            old = await adds.join(command)
         self.writes += 1
         return await self._settle(bound, name, value, expires_at, old)
 
@@ -61,16 +62,8 @@ class Writes:
         pipe = bound.pipeline()
         prefix = self.prefix
         for key, value, expires_at in items:
-            name = prefix + key
-            if expires_at is None:
-                pipe.execute_command("SET", name, NO_EXPIRY_HEADER + value, "NX", "GET", get=True)
-            elif expires_at > now:
-                stored = HEADER.pack(EXPIRES, expires_at) + value
-                pipe.execute_command(
-                    "SET", name, stored, "NX", "PXAT", pxat(expires_at), "GET", get=True
-                )
-            else:
-                pipe.execute_command("GET", name)
+            args, options = self._command(prefix + key, value, expires_at, now)
+            pipe.execute_command(*args, **options)
         async with bound.gate:
             olds = await pipe.execute()
         self.writes += len(items)
@@ -78,6 +71,17 @@ class Writes:
             await self._settle(bound, prefix + key, value, expires_at, old)
             for (key, value, expires_at), old in zip(items, olds, strict=True)
         ]
+
+    @staticmethod
+    def _command(name: bytes, value: bytes, expires_at: float | None, now: float) -> Command:
+        """The one command of an ``add``: ``SET NX (PXAT) GET``, or a ``GET`` when expired."""
+        if expires_at is None:
+            return ("SET", name, NO_EXPIRY_HEADER + value, "NX", "GET"), {"get": True}
+        if expires_at > now:
+            stored = HEADER.pack(EXPIRES, expires_at) + value
+            return ("SET", name, stored, "NX", "PXAT", pxat(expires_at), "GET"), {"get": True}
+        # Already expired: nothing to store, but a live entry there still wins.
+        return ("GET", name), {}
 
     async def _settle(
         self, bound: Bound, name: bytes, value: bytes, expires_at: float | None, old: bytes | None

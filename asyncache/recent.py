@@ -1,0 +1,144 @@
+"""What the hit path remembers of recent hits: keys of small inputs, decoded small results.
+
+A hit on a memory store costs building the key (canonical JSON, then
+BLAKE2b) and decoding the stored envelope (orjson). For a hot input both are
+the same work every time, so both are remembered, for a bounded number of
+recent ones:
+
+- ``RecentKeys``: canonical bytes -> key, for inputs that encode small. The
+  canonical bytes are still built (they are what identifies the input); only
+  hashing them again is saved, and the key is the same.
+- ``RecentValues``: key -> the decoded result, valid while the store holds the
+  very bytes it was decoded from (compared by identity, so a replaced entry
+  is decoded afresh). Only results that can be handed out again safely are
+  kept: a caller never gets an object another caller holds. Strings, numbers,
+  booleans and ``None`` are immutable and returned as they are; a list or a
+  dict of those is copied (one shallow copy, cheaper than decoding); anything
+  nested is decoded on every hit, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .keys import PLAIN_OPTIONS, KeyBuilder, canonical, refuse
+
+__all__ = ["RecentKeys", "RecentValues"]
+
+# Inputs encoding to at most this many bytes have their keys remembered; past it,
+# hashing the bytes once costs about what looking them up would.
+KEY_BYTES = 256
+ENTRIES = 512
+"""How many recent keys (and, apart, results) each remembers; the oldest goes first."""
+
+# A function whose inputs encode large looks up one call in this many.
+PROBE_EVERY = 64
+_dumps = orjson.dumps
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def copier(result: Any) -> Callable[[Any], Any] | None:
+    """How to hand ``result`` to one more caller, or ``None`` when only decoding will do."""
+    kind = type(result)
+    if kind in _SCALARS:
+        return _same
+    if kind is list and all(type(item) in _SCALARS for item in result):
+        return list.copy
+    if kind is dict and all(type(item) in _SCALARS for item in result.values()):
+        return dict.copy
+    return None
+
+
+class RecentKeys:
+    """``KeyBuilder.key`` for unscoped inputs, with the keys of recent small ones remembered.
+
+    Remembered by orjson's plain bytes of the inputs, looked up before anything
+    else, and kept only when those bytes are the inputs' canonical bytes (they
+    hold no ``null``, so no ``None`` can be a NaN: ``keys.canonical``'s rule);
+    so an input found here keys exactly as ``KeyBuilder.key`` keys it. A
+    function whose inputs encode large skips the lookup (probing again now and
+    then), so it pays for no second encoding.
+
+    Args:
+        builder: builds the keys.
+    """
+
+    __slots__ = ("_builder", "_known", "_skip")
+
+    def __init__(self, builder: KeyBuilder) -> None:
+        self._builder = builder
+        self._known: dict[bytes, bytes] = {}
+        self._skip = 0
+
+    def key(self, inputs: Any) -> bytes:
+        """The key of ``inputs`` (unscoped), as ``KeyBuilder.key`` gives it.
+
+        Raises:
+            TypeError: an input cannot be encoded.
+        """
+        if self._skip:
+            self._skip -= 1
+            return self._builder.key(inputs)
+        try:
+            raw = _dumps(inputs, default=refuse, option=PLAIN_OPTIONS)
+        except orjson.JSONEncodeError:
+            return self._builder.key(inputs)  # tagged: the careful walk
+        if len(raw) > KEY_BYTES:
+            self._skip = PROBE_EVERY
+            return self._builder.key(inputs)
+        known = self._known
+        key = known.get(raw)
+        if key is None:
+            exact = canonical(inputs)
+            key = self._builder.digest(exact)  # KeyBuilder.key, unscoped
+            if exact == raw and raw.find(b"null") < 0:
+                if len(known) >= ENTRIES:
+                    del known[next(iter(known))]
+                # A copy: orjson's own bytes keep the spare room of its buffer (4 KiB).
+                known[bytes(memoryview(raw))] = key
+        return key
+
+
+class RecentValues:
+    """Decoded results of recent hits, by key, each with the stored bytes it came from."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        # key -> (stored bytes, result, copy or None (decode every time), compute seconds, ttl)
+        self._known: dict[bytes, tuple[bytes, Any, Callable[[Any], Any] | None, float, Any]] = {}
+
+    def get(self, key: bytes, value: bytes) -> tuple[Any, float, Any] | None:
+        """A caller's own result, its compute seconds and ttl, if ``value`` was decoded here."""
+        known = self._known.get(key)
+        if known is None or known[0] is not value or known[2] is None:
+            return None
+        return known[2](known[1]), known[3], known[4]
+
+    def keep(self, key: bytes, value: bytes, result: Any, saved: float, ttl: Any) -> Any:
+        """Remember ``result`` decoded from ``value`` when it can be handed out again.
+
+        A result that cannot is remembered as such, so that it is not looked
+        over again on every hit. Returns what the caller gets: ``result``
+        itself, the copy kept being another.
+        """
+        known = self._known
+        seen = known.get(key)
+        if seen is not None and seen[0] is value:
+            return result  # judged before: it must be decoded on every hit
+        copy = copier(result)
+        if len(known) >= ENTRIES and seen is None:
+            del known[next(iter(known))]
+        known[key] = (value, None if copy is None else copy(result), copy, saved, ttl)
+        return result
+
+    def clear(self) -> None:
+        """Forget every result (the engine was pointed at another store)."""
+        self._known.clear()
