@@ -205,7 +205,7 @@ async def test_a_500_is_not_cached() -> None:
         statuses = [(await client.post("/fail", json={})).status_code for _ in range(3)]
     assert statuses == [500, 500, 500]
     assert service.calls["fail"] == 3
-    assert cache_stats(service.cache)["middleware"]["not_admitted_reasons"] == {"status": 3}
+    assert cache_stats(service.cache)["middleware"]["not_admitted_reasons"] == {"failure": 3}
 
 
 async def test_a_body_over_the_cap_reaches_the_app_intact() -> None:
