@@ -175,6 +175,9 @@ class DecisionCacheMiddleware:
         if head.encoded:
             await self._bypass(scope, receive, send, "content_encoding")
             return
+        if head.conditional:
+            await self._bypass(scope, receive, send, "conditional")
+            return
         if head.content_length is not None and head.content_length > self.max_body_bytes:
             await self._bypass(scope, receive, send, "body_too_large")
             return

@@ -72,45 +72,56 @@ def body_slot(content_type: bytes, body: bytes) -> list[Any]:
 
 _INEXACT: Any = object()
 
-# Sixteen digits and dots in a row (a number a double may not keep apart from its
-# neighbours: doubles keep 15 significant digits), or a digit before an exponent.
-# Matches inside strings too, which only costs the exact check below.
-_SUSPECT_NUMBER = re.compile(rb"[0-9][0-9.]{15}|[0-9][eE]").search
-_LONG_NUMBER = re.compile(rb"[0-9][0-9.]{15}").search
-_EXPONENT_NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?[eE][-+]?[0-9]+")
+# A JSON number. Also matched inside strings, which only makes a body key on its bytes.
+_NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 
 def exact_json(body: bytes) -> Any:
     """``body`` parsed, or ``_INEXACT`` when it is not JSON or parsing would lose something.
 
-    Lost: a repeated object key, a number of sixteen digits or more, a number
-    with an exponent whose value a double does not hold (it would print back
-    as another number).
+    Lost: a repeated object key, or a number a double does not hold (it would
+    print back as another number). orjson parses integers of up to 64 bits
+    exactly, so only a body whose value holds a float can hold such a number.
     """
-    if _SUSPECT_NUMBER(body) is not None and not _numbers_exact(body):
-        return _INEXACT
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _INEXACT
     colons = body.count(b":")
-    if colons and not (type(parsed) is dict and len(parsed) == colons):
-        # Each member has one colon outside strings. A flat object with one colon per
-        # key has no repeated key; otherwise count the colons of what parsing kept.
-        if not _members_kept(body, parsed, colons):
-            return _INEXACT
+    if type(parsed) is dict and len(parsed) == colons:
+        # Each member has one colon outside strings: a flat object with one colon per
+        # key repeats no key (the common case, checked without a walk).
+        for item in parsed.values():
+            if type(item) is float or type(item) is list:
+                break
+        else:
+            return parsed
+    elif colons and not _members_kept(body, parsed, colons):
+        return _INEXACT
+    if _holds_float(parsed) and not _numbers_exact(body):
+        return _INEXACT
     return parsed
 
 
+def _holds_float(value: Any) -> bool:
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is dict:
+        return any(_holds_float(item) for item in value.values())
+    if kind is list:
+        return any(_holds_float(item) for item in value)
+    return False
+
+
 def _numbers_exact(body: bytes) -> bool:
-    if _LONG_NUMBER(body) is not None:
-        return False
-    for match in _EXPONENT_NUMBER.finditer(body):
+    """Whether every number in ``body`` prints back from its double as the same number."""
+    for match in _NUMBER.finditer(body):
         text = match.group().decode("ascii")
         try:
             if Decimal(text) != Decimal(repr(float(text))):
                 return False
-        except (InvalidOperation, ValueError):
+        except (InvalidOperation, ValueError, OverflowError):
             return False
     return True
 

@@ -83,7 +83,12 @@ class ResponseCapture:
         kind = message["type"]
         broadcast = self._broadcast
         if kind == "http.response.body":
-            size = len(message.get("body", b""))
+            chunk = message.get("body", b"")
+            if type(chunk) is not bytes:
+                # A memoryview or bytearray the app may reuse for its next chunk: copy it.
+                chunk = bytes(chunk)
+                message = {**message, "body": chunk}
+            size = len(chunk)
             await broadcast.push(message, size)
             if self._storing:
                 if not broadcast.keep:

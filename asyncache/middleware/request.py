@@ -15,6 +15,7 @@ from .body import body_slot, sorted_query
 from .types import Message, Receive, Scope
 
 __all__ = [
+    "CONDITIONAL",
     "BodyRead",
     "BodyReplay",
     "RequestHead",
@@ -33,6 +34,17 @@ _CACHE_CONTROL = 3
 _CONTENT_ENCODING = 4
 _CREDENTIAL = 5
 _HOST = 6
+_CONDITIONAL = 7
+# Headers that make a request conditional or partial: its answer (304, 206, 412) is
+# for it alone, and a stored 200 is not what the app would send it.
+CONDITIONAL = (
+    b"if-match",
+    b"if-modified-since",
+    b"if-none-match",
+    b"if-range",
+    b"if-unmodified-since",
+    b"range",
+)
 _MEANING = 0b111
 _VARY_SHIFT = 3
 
@@ -51,11 +63,13 @@ class RequestHead:
         no_store: the request's ``Cache-Control`` holds ``no-store``.
         encoded: the request has a ``Content-Encoding``.
         credentials: the request carries a credential header (``Authorization``, ``Cookie``).
+        conditional: the request has a validator or a ``Range`` (``CONDITIONAL``).
         host: the first ``Host`` header, lowercased; ``None`` when absent.
         vary: for each ``vary`` header, the list of its values (empty when absent).
     """
 
     __slots__ = (
+        "conditional",
         "content_length",
         "content_type",
         "credentials",
@@ -73,6 +87,7 @@ class RequestHead:
         self.no_store = False
         self.encoded = False
         self.credentials = False
+        self.conditional = False
         self.host: str | None = None
         self.vary: list[list[str]] = [[] for _ in range(vary_count)] if vary_count else []
 
@@ -85,6 +100,8 @@ def header_codes(vary: Iterable[bytes], credentials: Iterable[bytes]) -> dict[by
     codes[b"cache-control"] = _CACHE_CONTROL
     codes[b"content-encoding"] = _CONTENT_ENCODING
     codes[b"host"] = _HOST
+    for name in CONDITIONAL:
+        codes[name] = _CONDITIONAL
     for index, name in enumerate(vary):
         codes[name] = codes.get(name, 0) | (index + 1) << _VARY_SHIFT
     return codes
@@ -124,6 +141,8 @@ def read_head(
                 head.encoded = True
         elif meaning == _CREDENTIAL:
             head.credentials = True
+        elif meaning == _CONDITIONAL:
+            head.conditional = True
         elif meaning == _HOST:
             if head.host is None:
                 head.host = value.decode("latin-1").lower()

@@ -13,7 +13,7 @@ A stored value is checked before it is stored and before it is replayed
 (``invalid_reason``): a status a server cannot send, or a header it would
 refuse, would break every connection it is replayed on.
 
-What is stored is a JSON-able list ``[status, headers, body]``: the headers as
+What is stored is a JSON-able list ``[status, headers, body, length_at]``: the headers as
 ``[name, value]`` pairs of Latin-1 strings, the body as a Latin-1 string.
 Latin-1 maps each byte to one code point, so the body round-trips byte for byte
 through the value envelope without the base64 walk that ``bytes`` would take.
@@ -80,7 +80,9 @@ _SHAREABLE_REFUSALS = frozenset({"failure", "too_large"})
 _NO_LENGTH = frozenset({204, 304})
 # RFC 9110 5.1 and 5.5: a field name is a token; a value has no CR, LF, NUL nor other controls.
 _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+").fullmatch
-_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]").search
+# ... and is Latin-1, as the stored form of every header and body is.
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\u0100-\U0010ffff]").search
+_BAD_BODY = re.compile(r"[\u0100-\U0010ffff]").search
 
 
 class StoredResponse:
@@ -205,23 +207,29 @@ def _in_the_past(value: bytes) -> bool:
 def to_value(response: StoredResponse, drop: Collection[bytes], *, head: bool = False) -> list[Any]:
     """The stored form of ``response``, without hop-by-hop headers nor those in ``drop``.
 
-    ``Content-Length`` is dropped too, since a hit computes it from the body it
-    sends; except for ``HEAD``, whose length is that of a body it does not have.
+    ``[status, headers, body, length_at]``. ``Content-Length`` is not stored,
+    since a hit computes it from the body it sends; ``length_at`` says where
+    the app put it among the headers (``-1``: it sent none, as a streamed
+    response does), so that a hit sends the same headers in the same order.
+    A ``HEAD`` answer keeps the app's, the length of a body it does not have.
     """
     listed: set[bytes] = set()
     for name, value in response.headers:
         if name.lower() == b"connection":
             # Headers the Connection header names are hop-by-hop as well.
             listed.update(part.strip().lower() for part in value.split(b","))
-    headers = [
-        [name.decode("latin-1"), value.decode("latin-1")]
-        for name, value in response.headers
-        if (lowered := name.lower()) not in HOP_BY_HOP
-        and lowered not in drop
-        and lowered not in listed
-        and (head or lowered != b"content-length")
-    ]
-    return [response.status, headers, response.body.decode("latin-1")]
+    headers: list[list[str]] = []
+    length_at = -1
+    for name, value in response.headers:
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP or lowered in drop or lowered in listed:
+            continue
+        if lowered == b"content-length" and not head:
+            if length_at < 0:
+                length_at = len(headers)
+            continue
+        headers.append([name.decode("latin-1"), value.decode("latin-1")])
+    return [response.status, headers, response.body.decode("latin-1"), length_at]
 
 
 class InvalidEntry(ValueError):
@@ -239,41 +247,40 @@ class InvalidEntry(ValueError):
 def invalid_reason(value: Any, *, head: bool) -> str | None:
     """What makes ``value`` unfit to replay, or ``None`` when it is a valid stored response.
 
-    Valid: ``[status, headers, body]`` with an int status in 100-599 other than
+    Valid: ``[status, headers, body, length_at]`` (``length_at`` may be
+    missing in entries stored before it existed) with an int status in 100-599 other than
     101 (a hit cannot switch protocols), header names that are tokens, values
     without CR, LF, NUL or other controls, all Latin-1, no hop-by-hop header,
     no ``Content-Length`` but on a ``HEAD`` answer (a hit computes it), and a
     Latin-1 string body.
     """
-    if type(value) is not list or len(value) != 3:
+    if type(value) is not list or not 3 <= len(value) <= 4:
         return "shape"
-    status, headers, body = value
+    status, headers, body = value[0], value[1], value[2]
+    if len(value) == 4 and (type(value[3]) is not int or not -1 <= value[3] <= len(headers)):
+        return "shape"
     if type(status) is not int or not 100 <= status <= 599 or status == 101:
         return "status"
     if type(headers) is not list or type(body) is not str:
         return "shape"
-    for pair in headers:
-        if type(pair) is not list or len(pair) != 2:
-            return "shape"
-        name, field = pair
-        if type(name) is not str or type(field) is not str:
-            return "shape"
-        if _FIELD_NAME(name) is None or _BAD_VALUE(field) is not None:
-            return "header"
-        if not field.isascii() and max(field) > "\xff":
-            return "header"
-        lowered = name.lower()
-        if lowered == "content-length":
-            if not head:
-                return "stored_length"
-        elif lowered in _HOP_BY_HOP_NAMES:
-            return "header"
-    if not body.isascii() and max(body) > "\xff":
+    try:
+        for name, field in headers:
+            if _FIELD_NAME(name) is None or _BAD_VALUE(field) is not None:
+                return "header"
+            lowered = name.lower()
+            if lowered in _NOT_STORED:
+                if lowered != "content-length":
+                    return "header"
+                if not head:
+                    return "stored_length"
+    except (TypeError, ValueError):
+        return "shape"  # a header that is not a pair of strings
+    if not body.isascii() and _BAD_BODY(body) is not None:
         return "shape"
     return None
 
 
-_HOP_BY_HOP_NAMES = frozenset(name.decode("latin-1") for name in HOP_BY_HOP)
+_NOT_STORED = frozenset([*(name.decode("latin-1") for name in HOP_BY_HOP), "content-length"])
 
 
 def replay_messages(value: Any, extra: Headers, *, head: bool) -> tuple[Message, Message]:
@@ -288,11 +295,13 @@ def replay_messages(value: Any, extra: Headers, *, head: bool) -> tuple[Message,
     reason = invalid_reason(value, head=head)
     if reason is not None:
         raise InvalidEntry(reason)
-    status, stored_headers, text = value
+    status, stored_headers, text = value[0], value[1], value[2]
     headers = [(name.encode("latin-1"), field.encode("latin-1")) for name, field in stored_headers]
     body = text.encode("latin-1")
-    if not head and status not in _NO_LENGTH:
-        headers.append((b"content-length", str(len(body)).encode()))
+    # Where the app put its length; an entry stored before length_at existed gets one last.
+    length_at = value[3] if len(value) == 4 else len(headers)
+    if not head and status not in _NO_LENGTH and length_at >= 0:
+        headers.insert(length_at, (b"content-length", str(len(body)).encode()))
     headers += extra
     start = {"type": "http.response.start", "status": status, "headers": headers}
     return start, {"type": "http.response.body", "body": body, "more_body": False}

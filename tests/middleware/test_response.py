@@ -89,13 +89,24 @@ def test_the_stored_form_drops_hop_by_hop_and_length_headers() -> None:
     )
     value = to_value(response, {b"x-cache"})
     assert value[1] == [["content-type", "application/json"], ["x-model", "v3\xe9"]]
+    assert value[3] == 1  # where the app put its length, among the kept headers
     start_message, body_message = replay_messages(value, [(b"x-cache", b"hit")], head=False)
     assert body_message["body"] == b"\x00\xff{}"
+    # The app's headers in the app's order, the length computed from the body.
     assert start_message["headers"] == [
         JSON,
-        (b"x-model", b"v3\xe9"),
         (b"content-length", b"4"),
+        (b"x-model", b"v3\xe9"),
         (b"x-cache", b"hit"),
+    ]
+    # A streamed response sent no length: its hit sends none either.
+    streamed = to_value(StoredResponse(200, [JSON], b"ab"), set())
+    assert streamed[3] == -1
+    assert replay_messages(streamed, [], head=False)[0]["headers"] == [JSON]
+    # An entry stored before length_at existed gets its length last.
+    assert replay_messages([200, [["a", "b"]], "xy"], [], head=False)[0]["headers"] == [
+        (b"a", b"b"),
+        (b"content-length", b"2"),
     ]
 
 
@@ -139,6 +150,10 @@ def test_replay_refuses_what_is_not_a_stored_response(value: Any) -> None:
         ([200, [["transfer-encoding", "chunked"]], ""], "header"),
         ([200, [["Content-Length", "9"]], "abc"], "stored_length"),
         ([200, [], "\u20ac"], "shape"),
+        ([200, [], "", 1], "shape"),
+        ([200, [], "", "0"], "shape"),
+        ([200, [["a", "b", "c"]], ""], "shape"),
+        ([200, [], "", 0], None),
         ([200, [["x-a", "tab\there"]], "\xff"], None),
     ],
 )
@@ -322,4 +337,4 @@ async def test_the_caches_own_admit_hook_sees_the_stored_dict() -> None:
     await call(middleware, body=b"{}")
     await call(middleware, body=b"{}")
     assert app.calls == 2
-    assert seen[0] == [200, [["content-type", "application/json"]], '{"label":"positive"}']
+    assert seen[0] == [200, [["content-type", "application/json"]], '{"label":"positive"}', -1]
