@@ -1,4 +1,4 @@
-"""What the key holds by default: host and scheme, exact JSON, the raw query; what is never stored."""
+"""What the key holds by default (host, scheme, exact JSON, the raw query); what is never stored."""
 
 from __future__ import annotations
 

@@ -98,7 +98,9 @@ async def test_followers_get_each_chunk_as_the_app_sends_it() -> None:
     for token in range(3):
         app.step.release()
         # Each chunk reaches the follower while the app is still streaming the rest.
-        await wait_until(lambda: len(follower.messages) == 2 + token, f"the follower has {token}")
+        await wait_until(
+            lambda token=token: len(follower.messages) == 2 + token, f"the follower has {token}"
+        )
         assert app.sent == token + 1
     await asyncio.gather(first, second)
     assert app.calls == 1
@@ -283,13 +285,13 @@ def test_followers_get_each_chunk_as_it_comes_under_trio() -> None:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(middleware, scope(), *client("leader"))
-            while not got["leader"]:
+            while not got["leader"]:  # noqa: ASYNC110 - polling another component's state
                 await trio.sleep(0.001)
             nursery.start_soon(middleware, scope(), *client("follower"))
-            while not got["follower"]:
+            while not got["follower"]:  # noqa: ASYNC110
                 await trio.sleep(0.001)
             step.release()
-            while len(got["follower"]) < 2:
+            while len(got["follower"]) < 2:  # noqa: ASYNC110
                 await trio.sleep(0.001)
             step.release()
         ended.set()
