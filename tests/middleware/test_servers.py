@@ -32,10 +32,13 @@ BURST = 12
 
 
 def counted_app(runs: list[int], pause: Any) -> Starlette:
+    """A route that counts its runs and takes ``pause`` seconds (``asyncio.sleep`` or ``trio.sleep``)."""
+
     async def predict(request: Request) -> JSONResponse:
         runs.append(1)
         body = await request.json()
-        await pause()
+        sleep, seconds = pause
+        await sleep(seconds)
         return JSONResponse({"label": body["text"].upper()})
 
     return Starlette(routes=[Route("/predict", predict, methods=["POST"])])
@@ -47,7 +50,7 @@ def test_hypercorn_with_the_trio_worker_runs_a_burst_once() -> None:
 
     async def main() -> list[tuple[int, str]]:
         app = DecisionCacheMiddleware(
-            counted_app(runs, lambda: trio.sleep(0.2)), cache=DecisionCache(), routes=["/predict"]
+            counted_app(runs, (trio.sleep, 0.2)), cache=DecisionCache(), routes=["/predict"]
         )
         config = HypercornConfig()
         config.bind = [f"127.0.0.1:{port}"]
@@ -107,7 +110,7 @@ async def uvicorn_serving(app: Any, http: str) -> AsyncIterator[str]:
 async def test_uvicorn_with_httptools_runs_a_burst_once() -> None:
     runs: list[int] = []
     app = DecisionCacheMiddleware(
-        counted_app(runs, lambda: asyncio.sleep(0.2)), cache=DecisionCache(), routes=["/predict"]
+        counted_app(runs, (asyncio.sleep, 0.2)), cache=DecisionCache(), routes=["/predict"]
     )
     async with (
         uvicorn_serving(app, "httptools") as url,
@@ -164,5 +167,5 @@ async def test_a_stream_is_shared_live_over_tcp() -> None:
                 assert produced == list(range(index + 1))
         body = b"".join([chunk async for chunk in leader.aiter_bytes()])
     assert runs == [1]
-    assert got == ['{"token": %d}' % index for index in range(3)]
+    assert got == [f'{{"token": {index}}}' for index in range(3)]
     assert body == b"".join(b'{"token": %d}\n' % index for index in range(3))
