@@ -32,7 +32,7 @@ BURST = 12
 
 
 def counted_app(runs: list[int], pause: Any) -> Starlette:
-    """A route that counts its runs and takes ``pause`` seconds (``asyncio.sleep`` or ``trio.sleep``)."""
+    """A route that counts its runs; ``pause`` is ``(sleep, seconds)`` of the loop it runs on."""
 
     async def predict(request: Request) -> JSONResponse:
         runs.append(1)
