@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import trio
-import uvicorn
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
@@ -26,7 +24,7 @@ from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware
 from tests.support import free_port
 
-from . import wait_until
+from . import uvicorn_serving
 
 BURST = 12
 
@@ -89,31 +87,13 @@ def test_hypercorn_with_the_trio_worker_runs_a_burst_once() -> None:
     assert sorted({cache for _, cache in seen}) == ["hit", "miss", "shared"]
 
 
-@asynccontextmanager
-async def uvicorn_serving(app: Any, http: str) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=http, ws="none", lifespan="off", log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        await wait_until(lambda: server.started or task.done(), "uvicorn is listening")
-        if task.done():
-            task.result()
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def test_uvicorn_with_httptools_runs_a_burst_once() -> None:
     runs: list[int] = []
     app = DecisionCacheMiddleware(
         counted_app(runs, (asyncio.sleep, 0.2)), cache=DecisionCache(), routes=["/predict"]
     )
     async with (
-        uvicorn_serving(app, "httptools") as url,
+        uvicorn_serving(app, http="httptools") as url,
         httpx.AsyncClient(base_url=url, timeout=20) as client,
     ):
         responses = await asyncio.gather(
@@ -150,7 +130,7 @@ async def test_a_stream_is_shared_live_over_tcp() -> None:
         routes=["/generate"],
     )
     async with (
-        uvicorn_serving(app, "h11") as url,
+        uvicorn_serving(app) as url,
         httpx.AsyncClient(base_url=url, timeout=20) as leader_client,
         httpx.AsyncClient(base_url=url, timeout=20) as follower_client,
         leader_client.stream("POST", "/generate", json={"p": 1}) as leader,
