@@ -14,6 +14,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support import free_port
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 App = Callable[[Any, Any, Any], Awaitable[None]]
@@ -181,18 +183,18 @@ async def wait_until(condition: Callable[[], bool], what: str, limit: float = 10
 
 
 @asynccontextmanager
-async def on_loopback(app: Any, *, lifespan: str = "on") -> AsyncIterator[str]:
+async def uvicorn_serving(
+    app: App, *, http: str = "h11", lifespan: str = "off"
+) -> AsyncIterator[str]:
     """Serve ``app`` with a real uvicorn on a free loopback port; yields its base URL."""
     import uvicorn  # here: only the tests that serve over HTTP need it
-
-    from tests.support import free_port
 
     port = free_port()
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=port,
-        http="h11",
+        http=http,
         ws="none",
         lifespan=lifespan,
         log_level="warning",
