@@ -51,7 +51,7 @@ Message = MutableMapping[str, Any]
 # Verify mode: counters for the whole session, and the differences found in the running test.
 VERIFY = {"stored_misses": 0, "replayed_identical": 0, "differences": 0, "extension_notes": 0}
 VERIFY_PARTS: dict[str, int] = {}  # how many hits differed in each part
-_DIFFERENCES: list[str] = []
+DIFFERENCES: list[str] = []
 # Tests whose hits differed (nodeid: what differed), and extension messages a hit did not send.
 _VERIFY_FAILED: dict[str, list[str]] = {}
 _EXTENSION_NOTES: dict[str, list[str]] = {}
@@ -110,12 +110,12 @@ class Exchanged:
 class PeerCache:
     """The middleware in front of one client's app, with the cache status header taken off."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, verify: bool = MODE == "verify") -> None:
         self.app = app
         self.cache = DecisionCache(MemoryStore(), namespace="peer")
         self.middleware = _middleware(app, self.cache)
         self.forbidden = _Forbidden()
-        self.verifier = _middleware(self.forbidden, self.cache) if MODE == "verify" else None
+        self.verifier = _middleware(self.forbidden, self.cache) if verify else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -146,9 +146,10 @@ class PeerCache:
         await self.middleware(scope, recording_receive, stripping_send)
         if self.verifier is not None and seen.outcome == b"miss":
             if self.cache.engine.stats.stores > stores:
-                await self._verify(original, seen)
+                await self.verify(original, seen)
 
-    async def _verify(self, scope: Any, miss: Exchanged) -> None:
+    async def verify(self, scope: Any, miss: Exchanged) -> None:
+        """Replay ``miss`` (a stored miss) through the verifier; record how its hit differs."""
         VERIFY["stored_misses"] += 1
         assert self.verifier is not None
         hit = Exchanged()
@@ -187,7 +188,7 @@ class PeerCache:
             for problem in problems:
                 part = problem.split(":")[0]
                 VERIFY_PARTS[part] = VERIFY_PARTS.get(part, 0) + 1
-            _DIFFERENCES.append(f"asyncache-peer verify: {where}: " + "; ".join(problems))
+            DIFFERENCES.append(f"asyncache-peer verify: {where}: " + "; ".join(problems))
         else:
             VERIFY["replayed_identical"] += 1
 
@@ -230,14 +231,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _asyncache_peer_verify(request: pytest.FixtureRequest) -> Iterator[None]:
-    _DIFFERENCES.clear()
+    DIFFERENCES.clear()
     _NOTES.clear()
     yield
     if _NOTES:
         _EXTENSION_NOTES[request.node.nodeid] = list(_NOTES)
-    if _DIFFERENCES:
-        found = _VERIFY_FAILED[request.node.nodeid] = list(_DIFFERENCES)
-        _DIFFERENCES.clear()
+    if DIFFERENCES:
+        found = _VERIFY_FAILED[request.node.nodeid] = list(DIFFERENCES)
+        DIFFERENCES.clear()
         pytest.fail("\n".join(found), pytrace=False)
 
 

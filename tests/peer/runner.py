@@ -42,7 +42,16 @@ from expected import EXPECTED, explanation  # noqa: E402
 # Plugins of asyncache's own test environment that the peers do not use (the
 # peers run on anyio's plugin; pytest-asyncio would warn, and warnings are errors there).
 VERIFY_SHOWN = int(os.environ.get("ASYNCACHE_PEER_SHOW", "20"))
-PYTEST_OPTIONS = ["-p", "no:cacheprovider", "-p", "no:asyncio", "-p", "asyncache_peer", "-q"]
+PYTEST_OPTIONS = [
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:asyncio",
+    "-p",
+    "asyncache_peer",
+    "-q",
+    "--continue-on-collection-errors",
+]
 
 
 def unpacked_suite(name: str) -> Path:
