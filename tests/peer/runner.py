@@ -154,7 +154,7 @@ def compare(name: str, bare: dict[str, Any], wrapped: dict[str, Any]) -> int:
     stale = [
         entry
         for entry in expected
-        if not any(n == entry or n.partition("[")[0] == entry for n in effects)
+        if not any(explanation({entry: ""}, nodeid) is not None for nodeid in effects)
     ]
     for entry in stale:
         print(f"  stale expected entry (passes wrapped now, or never ran): {entry}")
@@ -183,14 +183,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("peer", choices=sorted(EXPECTED))
     parser.add_argument("--no-verify", action="store_true", help="wrapped without replaying")
+    parser.add_argument("--save", type=Path, help="keep both runs' reports in this folder")
+    parser.add_argument("--reuse", type=Path, help="compare the reports --save kept; run nothing")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    suite = unpacked_suite(args.peer)
-    print(f"peer suite: {suite.name} (asyncache {importlib.metadata.version('asyncache-ml')})")
-    bare, _ = run_suite(suite, "bare", args.pytest_args)
-    wrapped, _ = run_suite(suite, "wrapped" if args.no_verify else "verify", args.pytest_args)
-    failures = compare(args.peer, bare, wrapped)
+    modes = ("bare", "wrapped" if args.no_verify else "verify")
+    if args.reuse is not None:
+        reports = [json.loads((args.reuse / f"{args.peer}-{m}.json").read_text()) for m in modes]
+    else:
+        suite = unpacked_suite(args.peer)
+        version = importlib.metadata.version("asyncache-ml")
+        print(f"peer suite: {suite.name} (asyncache {version})")
+        reports = [run_suite(suite, mode, args.pytest_args)[0] for mode in modes]
+        if args.save is not None:
+            args.save.mkdir(parents=True, exist_ok=True)
+            for mode, found in zip(modes, reports, strict=True):
+                (args.save / f"{args.peer}-{mode}.json").write_text(json.dumps(found))
+    failures = compare(args.peer, *reports)
     print(f"peer: {failures} unexplained in {time.perf_counter() - started:.0f} s")
     return 1 if failures else 0
 
