@@ -74,7 +74,9 @@ def explanation(expected: dict[str, str], nodeid: str) -> str | None:
     if found is None:
         found = expected.get(nodeid.partition("[")[0])
     if found is None:
+        base = nodeid.partition("[")[0]
         for entry, why in expected.items():
-            if "*" in entry and fnmatch.fnmatchcase(nodeid, entry):
+            pattern = entry.replace("[", "[[]")  # brackets in test ids are literal
+            if "*" in entry and any(fnmatch.fnmatchcase(n, pattern) for n in (nodeid, base)):
                 return why
     return found

@@ -19,6 +19,7 @@ import pytest
 
 from . import asyncache_peer as peer
 from . import runner
+from .expected import explanation
 
 HERE = Path(__file__).resolve().parent
 
@@ -164,3 +165,19 @@ def test_the_runner_fails_only_on_unexplained_regressions_and_differing_hits(
     assert "UNEXPLAINED t.py::new[trio]" in out
     assert "expected  t.py::cached[trio]: runs the handler twice" in out
     assert "trio         2 /     0 /   1 /   1" in out
+
+
+def test_expected_entries_match_ids_bases_and_patterns_with_literal_brackets() -> None:
+    expected = {
+        "t.py::exact[trio]": "one",
+        "t.py::base": "every parameter",
+        "u.py::fail_fast[*Header]": "a pattern",
+        "v/test_*.py::crud": "a pattern on the base",
+    }
+    assert explanation(expected, "t.py::exact[trio]") == "one"
+    assert explanation(expected, "t.py::exact[asyncio]") is None
+    assert explanation(expected, "t.py::base[asyncio-x]") == "every parameter"
+    assert explanation(expected, "u.py::fail_fast[True-1-Header]") == "a pattern"
+    assert explanation(expected, "u.py::fail_fast[True-1-Query]") is None
+    assert explanation(expected, "v/test_a.py::crud[tutorial001]") == "a pattern on the base"
+    assert explanation(expected, "v/test_a.py::crudx") is None
