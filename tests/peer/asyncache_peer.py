@@ -177,7 +177,8 @@ class PeerCache:
             parts = zip(("status", "headers", "body"), miss.response(), hit.response(), strict=True)
             for part, a, b in parts:
                 if a != b:
-                    problems.append(f"{part}: miss {_short(a)} != hit {_short(b)}")
+                    name = _header_difference(a, b) if part == "headers" else part
+                    problems.append(f"{name}: miss {_short(a)} != hit {_short(b)}")
         where = f"{scope['method']} {scope['path']}"
         if miss.others != hit.others:
             # Not part of the response a client gets over HTTP: noted, not failed.
@@ -206,6 +207,18 @@ def _record(seen: Exchanged, message: Message) -> None:
         seen.body.append(bytes(message.get("body", b"")))
     else:
         seen.others.append(kind)
+
+
+def _header_difference(miss: list[tuple[bytes, bytes]], hit: list[tuple[bytes, bytes]]) -> str:
+    """Which kind of header difference this is, for the summary (each is a difference)."""
+    if sorted(miss) == sorted(hit):
+        return "headers (order only)"
+    lengths = [(n, v) for n, v in hit if n.lower() == b"content-length"]
+    if not any(n.lower() == b"content-length" for n, _ in miss) and sorted(
+        miss + lengths
+    ) == sorted(hit):
+        return "headers (content-length added)"
+    return "headers"
 
 
 def _short(value: Any) -> str:
