@@ -193,8 +193,14 @@ def main(argv: list[str] | None = None) -> int:
         reports = [json.loads((args.reuse / f"{args.peer}-{m}.json").read_text()) for m in modes]
     else:
         suite = unpacked_suite(args.peer)
-        version = importlib.metadata.version("asyncache-ml")
-        print(f"peer suite: {suite.name} (asyncache {version})")
+        where = subprocess.run(
+            [sys.executable, "-c", "import asyncache; print(asyncache.__file__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=suite,  # where the suite runs: PYTHONPATH decides, as there
+        ).stdout.strip()
+        print(f"peer suite: {suite.name}; asyncache from {Path(where).parent}")
         reports = [run_suite(suite, mode, args.pytest_args)[0] for mode in modes]
         if args.save is not None:
             args.save.mkdir(parents=True, exist_ok=True)
