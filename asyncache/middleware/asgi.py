@@ -2,13 +2,15 @@
 
 Pure ASGI 3, so it wraps Starlette, FastAPI or any other ASGI app, and keeps
 every request's state in objects of that request (``BodyReplay``,
-``ResponseCapture``, ``_Miss``), never on the middleware.
+``Exchange``, ``ResponseCapture``), never on the middleware; the runs in
+progress (``Broadcast``) are found by key, as the engine's flights are.
 
 For a configured method and route it reads the body (up to a cap), builds the
-key from the canonical request and looks it up. A hit is answered from the
-store without calling the app. A miss runs the app once per key at a time:
-identical requests that arrive meanwhile wait and get its response if it was
-stored, or run the app themselves if it was not.
+key from the canonical request (with its host and scheme) and looks it up. A
+hit is answered from the store without calling the app. A miss runs the app
+once per key at a time: identical requests that arrive meanwhile share its
+response as it streams, or run the app themselves as soon as its start
+message shows it is private.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ class DecisionCacheMiddleware:
         admit: ``admit(asgi_scope, response)`` returning ``False`` keeps a
             response (a degraded or fallback answer) out of the cache (sync or
             async; it sees a ``StoredResponse``).
-        statuses: the statuses that may be stored.
+        statuses: the statuses that may be stored; never ``206`` nor ``304``,
+            whatever this says (they answer one request's ``Range`` or validators).
         max_body_bytes: request bodies larger than this bypass the cache; the
             app still receives them whole.
         credentials: request headers that make a request private.
@@ -135,7 +138,8 @@ class DecisionCacheMiddleware:
             stats=self.stats,
             headers=self._headers,
             statuses=frozenset(statuses),
-            keyed=frozenset([*vary_names, b"content-type"]),  # what a response's Vary may name
+            # What a response's Vary may name: what the key holds.
+            keyed=frozenset([*vary_names, b"content-type", b"host"]),
             admit=admit,
             on_hit=on_hit,
             audit=audit,
@@ -170,6 +174,9 @@ class DecisionCacheMiddleware:
             return
         if head.encoded:
             await self._bypass(scope, receive, send, "content_encoding")
+            return
+        if head.conditional:
+            await self._bypass(scope, receive, send, "conditional")
             return
         if head.content_length is not None and head.content_length > self.max_body_bytes:
             await self._bypass(scope, receive, send, "body_too_large")

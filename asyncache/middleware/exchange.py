@@ -1,88 +1,51 @@
 """One cacheable request through the engine: the middleware's door.
 
 The middleware hands ``Engine.get_or_compute`` a compute that runs the app
-and captures its response, so coalescing, leases, audits, shadow mode, the
-cache's ``admit`` and ttl hooks, renewals and the store guard hold for HTTP
-exactly as they do for the decorator. What only HTTP knows stays here and in
-``response``: whether a response may be stored at all, privacy, headers.
+and captures its response, so leases, audits, shadow mode, the cache's
+``admit`` and ttl hooks, renewals and the store guard hold for HTTP exactly as
+they do for the decorator. What only HTTP knows stays here, in ``response``
+(what may be stored) and in ``broadcast`` (sharing a response as it streams).
 
-The request that computes (the leader) runs the app in a task of its own and
-streams the response to its client as the app sends it; the engine gets the
-captured response as soon as it is complete, not when the app returns (an
-app's background work runs after its response), and the leader's request ends
-when the app does. A response that may not be stored is ``Unshared``: the
-leader's client has it, and each waiting request runs the app itself.
+A miss starts a ``Broadcast`` that identical requests find while it runs. Its
+work (the engine's lookup, and the app if that misses) runs on its own, and
+every request that shares it, the leader included, sends its messages to its
+own client as they come. So:
+
+- followers of a shareable response get each chunk as the app sends it, and
+  what was admitted is stored once the response is complete;
+- followers of a response that may not be shared (its start message says it
+  is private) are released at once and run the app on their own;
+- followers of a failed run (an exception, a ``5xx``) share its outcome,
+  which is not stored; followers of a run that ended before its start
+  message elect one new leader.
+
+The leader's request ends when the app does (its background work runs after
+the response); a follower's when its response is sent.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from ..engine import MISS, Engine, Unshared
-from ..runtime import cancelled, is_cancellation, new_event, spawn
+from ..engine import MISS
+from ..errors import DecodeError
+from ..flight import error_for_caller
+from ..runtime import cancelled, is_cancellation, spawn, wait_for
 from ..stats import RateLimitedLog
-from .response import AdmitResponse, ResponseCapture, StoredResponse, replay_messages, to_value
-from .stats import MiddlewareStats
-from .status import StatusHeaders
-from .types import ASGIApp, Message, Receive, Scope, Send
+from .apprun import AppRunner
+from .broadcast import Broadcast, Reader, final
+from .response import InvalidEntry, replay_messages
+from .settings import ExchangeSettings, OnHit
+from .types import Receive, Scope, Send
 
 __all__ = ["Exchange", "ExchangeSettings", "OnHit"]
 
 logger = logging.getLogger("asyncache.middleware")
 _log = RateLimitedLog(logger)
 
-OnHit = Callable[[Scope], Any]
-"""``on_hit(asgi_scope)``: called before a stored answer is sent; ``False`` sends none."""
-
-_REPLAY_ERRORS = (KeyError, TypeError, ValueError, AttributeError, UnicodeEncodeError)
-
-
-class ExchangeSettings:
-    """What every request of one middleware shares; built once by the middleware."""
-
-    __slots__ = (
-        "admit",
-        "app",
-        "audit",
-        "engine",
-        "headers",
-        "keyed",
-        "on_hit",
-        "stats",
-        "statuses",
-    )
-
-    def __init__(
-        self,
-        *,
-        app: ASGIApp,
-        engine: Engine,
-        stats: MiddlewareStats,
-        headers: StatusHeaders,
-        statuses: frozenset[int],
-        keyed: frozenset[bytes],
-        admit: AdmitResponse | None,
-        on_hit: OnHit | None,
-        audit: bool,
-    ) -> None:
-        self.app = app
-        self.engine = engine
-        self.stats = stats
-        self.headers = headers
-        self.statuses = statuses
-        self.keyed = keyed
-        self.admit = admit
-        self.on_hit = on_hit
-        self.audit = audit
-
-    def count_bypass(self, reason: str) -> None:
-        """Count a request that did not use the cache."""
-        self.stats.outcomes["bypass"] += 1
-        self.stats.bypassed(reason)
-        self.engine.stats.bypassed += 1
+_RESPONSE = frozenset({"http.response.start", "http.response.body"})
 
 
 class Exchange:
@@ -99,11 +62,12 @@ class Exchange:
     """
 
     __slots__ = (
-        "app",
         "body",
         "inputs",
+        "joined",
         "key",
         "receive",
+        "runner",
         "scope",
         "send",
         "settings",
@@ -128,51 +92,43 @@ class Exchange:
         self.inputs = inputs
         self.body = body
         self.source = "hit"
-        self.app: AppRun | None = None
+        self.runner: AppRunner | None = None
+        self.joined = False
 
     async def run(self) -> None:
-        """Answer the request: from the engine, or by running the app as the leader."""
+        """Answer the request: a hit, a share of a run in progress, or a run of its own."""
         settings = self.settings
         engine = settings.engine
         value = engine.hit_now(self.key)
-        if value is MISS:
-            try:
-                value = await engine.get_or_compute(
-                    self.key,
-                    self.compute,
-                    self.inputs,
-                    recompute=self.recompute,
-                    audit=settings.audit,
-                    source=self.told,
-                )
-            except BaseException:
-                if self.app is not None and self.app.finished.is_set():
-                    self.app.raise_error()  # the app's own exception is what the server must see
-                raise
-        if self.app is not None:
-            # This request ran the app: its client already has the response. The request
-            # ends when the app does (its background work runs after the response).
-            await self.app.finished.wait()
-            self.app.raise_error()
+        if value is not MISS:
+            await self.answer(value)
             return
-        await self.answer(value)
+        coalesce = engine.coalesce and not engine.shadow
+        while True:
+            broadcast = settings.live.get(self.key) if coalesce else None
+            if broadcast is None:
+                await self.lead(listed=coalesce)
+                return
+            if await self.follow(broadcast):
+                return
+            # That run ended before its start message: look again, and one of its
+            # followers (the first to get here) becomes the new leader.
 
     def told(self, source: str) -> None:
         self.source = "hit" if source == "hit" else "shared"
 
     async def answer(self, value: Any) -> None:
-        """Send a stored or shared response, unless it is unreadable or ``on_hit`` refuses it."""
+        """Send a stored or shared response, unless it is invalid or ``on_hit`` refuses it."""
         settings = self.settings
         outcome = self.source
         try:
             start, body = replay_messages(
-                value,
-                settings.headers.for_outcome(outcome),
-                head=self.scope["method"] == "HEAD",
+                value, settings.headers.for_outcome(outcome), head=self.scope["method"] == "HEAD"
             )
-        except _REPLAY_ERRORS:
-            _log.warning("entry", "asyncache: an entry under a route is not a stored response")
-            await self.bypass("unreadable_entry")
+        except InvalidEntry as exc:
+            _log.warning("entry", "asyncache: dropping an entry under a route: %s", exc)
+            await settings.engine.discard_corrupt(self.key, DecodeError(str(exc)))
+            await self.bypass(f"invalid_{exc.reason}")
             return
         if settings.on_hit is not None and not await self._hit_allowed():
             await self.bypass("on_hit")
@@ -201,136 +157,134 @@ class Exchange:
             return False
         return verdict is not False
 
-    # -- running the app -------------------------------------------------------
+    # -- following a run ------------------------------------------------------------
 
-    async def compute(self) -> Any:
-        """Run the app for this request (the engine calls this at most once per flight).
-
-        Returns the storable response value as soon as the response is
-        complete, or ``Unshared(None)`` when it may not be stored or shared.
-        """
+    async def follow(self, broadcast: Broadcast) -> bool:
+        """Share ``broadcast``'s outcome; ``False`` when it ended before its start message."""
         settings = self.settings
-        settings.stats.outcomes["miss"] += 1
-        self.app = run = AppRun()
-        capture = ResponseCapture(
-            self.send,
-            scope=self.scope,
-            extra=settings.headers.for_outcome("miss"),
-            statuses=settings.statuses,
-            keyed=settings.keyed,
-            limit=settings.engine.max_entry_bytes,
-            admit=settings.admit,
-            finish=self._finish,
-        )
-        run.task = spawn(self._run_app(run, capture))
+        engine = settings.engine
+        reader = broadcast.join()
+        if not self.joined:
+            # Counted as the engine counts its followers: a miss that coalesced.
+            self.joined = True
+            engine.stats.misses += 1
+            engine.stats.coalesced += 1
         try:
-            await run.response.wait()
-        except BaseException as exc:
-            if is_cancellation(exc) and run.task is not None:
-                # The flight itself was cancelled (the cache is closing): stop the app too.
-                run.task.cancel()
-            raise
-        if run.response_error is not None:
-            raise run.response_error
-        return run.value
-
-    async def _run_app(self, run: AppRun, capture: ResponseCapture) -> None:
-        try:
-            await self.settings.app(self.scope, self.receive, capture)
-        except BaseException as exc:
-            if is_cancellation(exc):
-                run.settle(error=cancelled("the app was cancelled"))
-                raise
-            run.error = exc
-            run.settle(error=exc)  # the flight fails; nothing is stored
+            if not await wait_for(broadcast.decided, engine.coalesce_timeout):
+                broadcast.leave(reader)
+                engine.stats.coalesce_timeouts += 1
+                await self.lead(listed=False)
+                return True
+            if broadcast.source:
+                # The leader got its answer without running the app here.
+                self.source = broadcast.source
+                await self.answer(broadcast.value)
+                return True
+            if broadcast.ran and broadcast.shared:
+                if settings.on_hit is not None and not await self._hit_allowed():
+                    broadcast.leave(reader)
+                    await self.bypass("on_hit")
+                    return True
+                settings.stats.outcomes["shared"] += 1
+                await self.pump(broadcast, reader, "shared")
+                if broadcast.error is not None and not broadcast.complete:
+                    raise error_for_caller(broadcast.error, broadcast.traceback)
+                return True
+            if broadcast.ran:
+                # Released: the response belongs to the leader's client alone.
+                broadcast.leave(reader)
+                await self.lead(listed=False)
+                return True
+            if broadcast.error is not None:
+                settings.stats.outcomes["shared"] += 1
+                raise error_for_caller(broadcast.error, broadcast.traceback)
+            return False
         finally:
-            if not run.response.is_set():
-                # The app ended without a whole response.
-                self.settings.stats.not_admitted("incomplete")
-                run.settle(Unshared(None))
-            run.finished.set()
+            broadcast.leave(reader)
 
-    async def _finish(self, response: StoredResponse | None, reason: str | None) -> None:
-        """The response is complete: hand it to the engine (or say it is not shareable)."""
-        run = self.app
-        if run is None or run.response.is_set():
-            return
-        if response is None:
-            self.settings.stats.not_admitted(reason or "refused")
-            run.settle(Unshared(None))
-            return
-        own = self.settings.headers.names
-        run.settle(to_value(response, own, head=self.inputs[0] == "HEAD"))
+    async def pump(self, broadcast: Broadcast, reader: Reader, outcome: str) -> None:
+        """Send ``broadcast``'s messages to this request's client as they come."""
+        extra = self.settings.headers.for_outcome(outcome)
+        send = self.send
+        extensions = self.scope.get("extensions") or {}
+        try:
+            while True:
+                message = broadcast.take(reader)
+                if message is None:
+                    if broadcast.ended:
+                        return
+                    await broadcast.changed().wait()
+                    continue
+                kind = message["type"]
+                if kind == "http.response.start" and extra:
+                    message = dict(message)
+                    message["headers"] = [*message.get("headers", ()), *extra]
+                if reader.owner or kind in _RESPONSE or kind in extensions:
+                    await send(message)
+                broadcast.sent(reader)
+                if final(message):
+                    return
+        except OSError:
+            return  # this client went away; the others go on
+        finally:
+            broadcast.leave(reader)
 
-    async def recompute(self) -> Any:
-        """Run the app again in the background for an audit; its response goes nowhere.
+    # -- leading a run --------------------------------------------------------------
 
-        Raises:
-            ValueError: the fresh response may not be stored, so it cannot be compared.
-        """
+    async def lead(self, *, listed: bool) -> None:
+        """Start a run (found by identical requests when ``listed``) and send its response."""
         settings = self.settings
-        done: list[tuple[StoredResponse | None, str | None]] = []
-        sent = False
-
-        async def receive() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": self.body, "more_body": False}
-            # Never a disconnect: an app that listens for one would cut its response short.
-            await new_event().wait()
-            raise AssertionError("unreachable")
-
-        async def discard(message: Message) -> None:
-            pass
-
-        async def finish(response: StoredResponse | None, reason: str | None) -> None:
-            if not done:
-                done.append((response, reason))
-
-        capture = ResponseCapture(
-            discard,
-            scope=self.scope,
-            extra=[],
-            statuses=settings.statuses,
-            keyed=settings.keyed,
-            limit=settings.engine.max_entry_bytes,
-            admit=settings.admit,
-            finish=finish,
+        broadcast = Broadcast(
+            settings.engine.max_entry_bytes, settings.live if listed else None, self.key
         )
-        await settings.app(dict(self.scope), receive, capture)
-        if not done:
-            raise ValueError("the app ended without a whole response")
-        response, reason = done[0]
-        if response is None:
-            raise ValueError(f"the fresh response may not be stored ({reason})")
-        return to_value(response, settings.headers.names, head=self.inputs[0] == "HEAD")
+        runner = AppRunner(settings, self.scope, self.receive, self.key, self.inputs, self.body)
+        runner.broadcast = broadcast
+        self.runner = runner
+        reader = broadcast.join(owner=True)
+        spawn(self._produce(runner, broadcast, listed))
+        try:
+            await broadcast.decided.wait()
+            if broadcast.ran:
+                await self.pump(broadcast, reader, "miss")
+            elif broadcast.source:
+                self.source = broadcast.source
+                await self.answer(broadcast.value)
+                return
+        finally:
+            broadcast.leave(reader)
+        run = runner.app
+        if run is not None:
+            # The request ends when the app does (and what it may store is stored);
+            # what the app raised is the server's to see.
+            await run.finished.wait()
+            await broadcast.settled.wait()
+            run.raise_error()
+        elif broadcast.error is not None:
+            raise error_for_caller(broadcast.error, broadcast.traceback)
 
-
-class AppRun:
-    """One run of the app by a leader: when its response is complete, and when it ends."""
-
-    __slots__ = ("error", "finished", "response", "response_error", "task", "value")
-
-    def __init__(self) -> None:
-        self.response = new_event()
-        """Set once the response is complete (or known not to be shareable, or failed)."""
-        self.finished = new_event()
-        """Set when the app returned or raised."""
-        self.value: Any = None
-        self.response_error: BaseException | None = None
-        self.error: BaseException | None = None
-        """What the app raised, for the leader's server."""
-        self.task: Any = None
-
-    def settle(self, value: Any = None, *, error: BaseException | None = None) -> None:
-        """Hand the engine the outcome (the first one only)."""
-        if not self.response.is_set():
-            self.value = value
-            self.response_error = error
-            self.response.set()
-
-    def raise_error(self) -> None:
-        """Raise what the app raised, if it did."""
-        if self.error is not None:
-            raise self.error
+    async def _produce(self, runner: AppRunner, broadcast: Broadcast, listed: bool) -> None:
+        settings = self.settings
+        engine = settings.engine
+        try:
+            if listed or engine.shadow or not engine.coalesce:
+                value = await engine.get_or_compute(
+                    self.key,
+                    runner.compute,
+                    self.inputs,
+                    recompute=runner.recompute,
+                    audit=settings.audit,
+                    source=self.told,
+                )
+            else:
+                # A request released from another run, or one that waited too long.
+                value = await engine.compute(self.key, runner.compute, self.inputs, self.told)
+        except BaseException as exc:
+            broadcast.fail(cancelled("the run was cancelled") if is_cancellation(exc) else exc)
+            if is_cancellation(exc):
+                raise
+        else:
+            if runner.app is None:
+                broadcast.resolve(value, self.source)
+        finally:
+            broadcast.unlist()
+            broadcast.settled.set()

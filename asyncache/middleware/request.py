@@ -8,28 +8,22 @@ once, and then forwards the server's ``receive`` so that it still sees
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterable, Mapping
-from operator import itemgetter
 from typing import Any, NamedTuple
-from urllib.parse import parse_qsl
 
-import orjson
-
+from .body import body_slot, sorted_query
 from .types import Message, Receive, Scope
 
 __all__ = [
+    "CONDITIONAL",
     "BodyRead",
     "BodyReplay",
     "RequestHead",
-    "body_slot",
     "directives",
     "header_codes",
     "read_body",
     "read_head",
     "request_inputs",
-    "sorted_query",
 ]
 
 # What a header means to the middleware: the low three bits of its code say
@@ -39,6 +33,18 @@ _CONTENT_LENGTH = 2
 _CACHE_CONTROL = 3
 _CONTENT_ENCODING = 4
 _CREDENTIAL = 5
+_HOST = 6
+_CONDITIONAL = 7
+# Headers that make a request conditional or partial: its answer (304, 206, 412) is
+# for it alone, and a stored 200 is not what the app would send it.
+CONDITIONAL = (
+    b"if-match",
+    b"if-modified-since",
+    b"if-none-match",
+    b"if-range",
+    b"if-unmodified-since",
+    b"range",
+)
 _MEANING = 0b111
 _VARY_SHIFT = 3
 
@@ -57,14 +63,18 @@ class RequestHead:
         no_store: the request's ``Cache-Control`` holds ``no-store``.
         encoded: the request has a ``Content-Encoding``.
         credentials: the request carries a credential header (``Authorization``, ``Cookie``).
+        conditional: the request has a validator or a ``Range`` (``CONDITIONAL``).
+        host: the first ``Host`` header, lowercased; ``None`` when absent.
         vary: for each ``vary`` header, the list of its values (empty when absent).
     """
 
     __slots__ = (
+        "conditional",
         "content_length",
         "content_type",
         "credentials",
         "encoded",
+        "host",
         "no_store",
         "seen_length",
         "vary",
@@ -77,6 +87,8 @@ class RequestHead:
         self.no_store = False
         self.encoded = False
         self.credentials = False
+        self.conditional = False
+        self.host: str | None = None
         self.vary: list[list[str]] = [[] for _ in range(vary_count)] if vary_count else []
 
 
@@ -87,6 +99,9 @@ def header_codes(vary: Iterable[bytes], credentials: Iterable[bytes]) -> dict[by
     codes[b"content-length"] = _CONTENT_LENGTH
     codes[b"cache-control"] = _CACHE_CONTROL
     codes[b"content-encoding"] = _CONTENT_ENCODING
+    codes[b"host"] = _HOST
+    for name in CONDITIONAL:
+        codes[name] = _CONDITIONAL
     for index, name in enumerate(vary):
         codes[name] = codes.get(name, 0) | (index + 1) << _VARY_SHIFT
     return codes
@@ -126,6 +141,11 @@ def read_head(
                 head.encoded = True
         elif meaning == _CREDENTIAL:
             head.credentials = True
+        elif meaning == _CONDITIONAL:
+            head.conditional = True
+        elif meaning == _HOST:
+            if head.host is None:
+                head.host = value.decode("latin-1").lower()
     return head
 
 
@@ -198,67 +218,17 @@ class BodyReplay:
         return await self._receive()
 
 
-def sorted_query(query_string: bytes) -> list[tuple[str, str]]:
-    """The query's decoded pairs, sorted by name; repeated names keep their order.
-
-    ``a=1&b=2`` and ``b=2&a=1`` key alike, ``a=1&a=2`` and ``a=2&a=1`` do not
-    (frameworks hand repeated parameters to the app as an ordered list).
-    Percent-escapes decode as Latin-1, so every distinct byte stays distinct.
-    """
-    if not query_string:
-        return []
-    pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, encoding="latin-1")
-    pairs.sort(key=itemgetter(0))
-    return pairs
-
-
-def body_slot(content_type: bytes, body: bytes) -> list[Any]:
-    """What the key holds for the body.
-
-    A JSON body (``application/json`` or ``+json``) keys on its parsed value, so
-    whitespace and object key order do not matter while ``1`` and ``1.0`` stay
-    apart; anything else, malformed JSON included, keys on its raw bytes.
-
-    A number with more digits than a double holds exactly (a 20-digit id, a
-    long decimal) would parse to the same float as its neighbours; a body with
-    one keys on its raw bytes too, so that no two different requests share a key.
-    """
-    known = _MEDIA.get(content_type)
-    if known is None:
-        known = _media(content_type)
-    ctype, json_media = known
-    if not body:
-        return ["empty", ctype]
-    if json_media is not None and _LONG_NUMBER(body) is None:
-        try:
-            return ["json", json_media, orjson.loads(body)]
-        except orjson.JSONDecodeError:
-            pass
-    return ["raw", ctype, hashlib.blake2b(body, digest_size=16).hexdigest()]
-
-
-# Sixteen digits and dots in a row: a number a double may not keep apart from its
-# neighbours (doubles keep 15 significant digits). Matches inside strings too,
-# which only makes such a body key on its bytes.
-_LONG_NUMBER = re.compile(rb"[0-9][0-9.]{15}").search
-
-# Content-Type header value -> (its text, its JSON media type or None); a client
-# sends the same few values over and over.
-_MEDIA: dict[bytes, tuple[str, str | None]] = {}
-_MEDIA_MAX = 256
-
-
-def _media(content_type: bytes) -> tuple[str, str | None]:
-    ctype = content_type.decode("latin-1")
-    media = ctype.partition(";")[0].strip().lower()
-    known = (ctype, media if media == "application/json" or media.endswith("+json") else None)
-    if len(_MEDIA) < _MEDIA_MAX:
-        _MEDIA[content_type] = known
-    return known
-
-
 def request_inputs(scope: Scope, head: RequestHead, body: bytes) -> list[Any]:
-    """The canonical request: method, path, sorted query, body and the vary headers."""
+    """The canonical request: method, path, sorted query, body, vary headers, scheme and host.
+
+    The host is the ``Host`` header, or the server's address when there is
+    none: two sites behind one app never share an answer (a redirect to
+    ``www.`` would otherwise loop), nor do ``http`` and ``https``.
+    """
+    host = head.host
+    if host is None:
+        server = scope.get("server")
+        host = f"{server[0]}:{server[1]}" if server else ""
     return [
         scope["method"],
         scope.get("root_path", ""),
@@ -266,4 +236,6 @@ def request_inputs(scope: Scope, head: RequestHead, body: bytes) -> list[Any]:
         sorted_query(scope.get("query_string", b"")),
         body_slot(head.content_type, body),
         head.vary,
+        scope.get("scheme", "http"),
+        host,
     ]

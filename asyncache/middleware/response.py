@@ -1,12 +1,19 @@
 """The response side: what may be stored, capturing it, and replaying it.
 
-A response is stored only when nothing about it is private or partial: a final
-status in the allowed set, no ``Set-Cookie``, no ``Cache-Control`` that forbids
-a shared cache (``no-store``, ``private``, ``no-cache``), no ``Vary`` on
-something the key does not hold, no event stream, no file sent by path, a body
-under the cap, and the user's ``admit`` hook agreeing.
+A response is stored only when nothing about it is private, partial or meant to
+go stale at once: a final status in the allowed set (never ``206`` nor ``304``,
+which answer one request's ``Range`` or validators), no ``Set-Cookie``, no
+``Cache-Control`` that forbids a shared cache (``no-store``, ``private``,
+``no-cache``, ``max-age=0``, ``s-maxage=0``), no ``Pragma: no-cache``, no
+``Expires`` in the past (``0`` included) unless ``Cache-Control`` gives a
+lifetime, no ``Vary`` on something the key does not hold, no event stream, no
+file sent by path, a body under the cap, and the user's ``admit`` hook agreeing.
 
-What is stored is a JSON-able list ``[status, headers, body]``: the headers as
+A stored value is checked before it is stored and before it is replayed
+(``invalid_reason``): a status a server cannot send, or a header it would
+refuse, would break every connection it is replayed on.
+
+What is stored is a JSON-able list ``[status, headers, body, length_at]``: the headers as
 ``[name, value]`` pairs of Latin-1 strings, the body as a Latin-1 string.
 Latin-1 maps each byte to one code point, so the body round-trips byte for byte
 through the value envelope without the base64 walk that ``bytes`` would take.
@@ -19,22 +26,28 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
+import time
 from collections.abc import Awaitable, Callable, Collection
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
 
 from ..stats import RateLimitedLog
-from .request import directives
-from .types import Headers, Message, Scope, Send
+from .types import Headers, Message, Scope
 
 __all__ = [
     "HOP_BY_HOP",
+    "NEVER_STORED",
     "AdmitResponse",
-    "ResponseCapture",
+    "InvalidEntry",
     "StoredResponse",
+    "admitted",
+    "invalid_reason",
     "refusal",
     "replay_messages",
+    "shareable",
     "to_value",
 ]
 
@@ -56,9 +69,20 @@ HOP_BY_HOP = frozenset(
     }
 )
 _PRIVATE_DIRECTIVES = frozenset({"no-store", "private", "no-cache"})
+_LIFETIMES = frozenset({"max-age", "s-maxage"})
+NEVER_STORED = frozenset({206, 304})
+"""Statuses never stored, whatever ``statuses`` says: each answers one request's
+``Range`` or validators, which the key does not hold."""
+# Refusals whose response followers may still share live (a failure, or a body
+# too large to keep): nothing in it belongs to the request that ran the app.
+_SHAREABLE_REFUSALS = frozenset({"failure", "too_large"})
 # Statuses that carry no body and must not carry Content-Length (RFC 9110 8.6).
 _NO_LENGTH = frozenset({204, 304})
-_SENDFILE = frozenset({"http.response.pathsend", "http.response.zerocopy"})
+# RFC 9110 5.1 and 5.5: a field name is a token; a value has no CR, LF, NUL nor other controls.
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+").fullmatch
+# ... and is Latin-1, as the stored form of every header and body is.
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\u0100-\U0010ffff]").search
+_BAD_BODY = re.compile(r"[\u0100-\U0010ffff]").search
 
 
 class StoredResponse:
@@ -103,18 +127,38 @@ AdmitResponse = Callable[[Scope, StoredResponse], bool | Awaitable[bool]]
 def refusal(
     message: Message, *, statuses: Collection[int], keyed: Collection[bytes], limit: int
 ) -> str | None:
-    """Why a response cannot be stored, judged by its start message; ``None`` if it may be."""
-    if message.get("status") not in statuses:
-        return "status"
+    """Why a response cannot be stored, judged by its start message; ``None`` if it may be.
+
+    A ``5xx`` is refused as ``failure``: it is not stored, but the requests
+    waiting on it share it, as callers share an exception (``shareable``).
+    """
+    status = message.get("status")
+    if status not in statuses or status in NEVER_STORED:
+        return "failure" if type(status) is int and 500 <= status <= 599 else "status"
     if message.get("trailers", False):
         return "trailers"
+    expires_past = False
+    lifetime = False
+    too_large = False
     for raw_name, value in message.get("headers", ()):
         name = raw_name.lower()
         if name == b"set-cookie":
             return "set_cookie"
         if name == b"cache-control":
-            if directives(value.decode("latin-1")) & _PRIVATE_DIRECTIVES:
-                return "cache_control"
+            for part in value.decode("latin-1").split(","):
+                directive, _, argument = part.partition("=")
+                directive = directive.strip().lower()
+                if directive in _PRIVATE_DIRECTIVES:
+                    return "cache_control"
+                if directive in _LIFETIMES:
+                    if not _positive(argument):
+                        return "cache_control"
+                    lifetime = True
+        elif name == b"pragma":
+            if b"no-cache" in value.lower():
+                return "pragma"
+        elif name == b"expires":
+            expires_past = expires_past or _in_the_past(value)
         elif name == b"vary":
             for field in value.decode("latin-1").split(","):
                 field = field.strip().lower()
@@ -127,33 +171,116 @@ def refusal(
                 return "event_stream"
         elif name == b"content-length":
             try:
-                if int(value) > limit:
-                    return "too_large"
+                too_large = too_large or int(value) > limit
             except ValueError:
                 pass
-    return None
+    if expires_past and not lifetime:
+        # RFC 9111 5.3: a lifetime in Cache-Control overrides Expires.
+        return "expires"
+    return "too_large" if too_large else None
+
+
+def shareable(reason: str | None) -> bool:
+    """Whether requests waiting on a response refused for ``reason`` may share it live."""
+    return reason is None or reason in _SHAREABLE_REFUSALS
+
+
+def _positive(argument: str) -> bool:
+    try:
+        return int(argument.strip().strip('"')) > 0
+    except ValueError:
+        return False
+
+
+def _in_the_past(value: bytes) -> bool:
+    """RFC 9111 5.3: an invalid date, ``0`` above all, means already expired."""
+    try:
+        when = parsedate_to_datetime(value.decode("latin-1"))
+    except (TypeError, ValueError, IndexError):
+        return True
+    try:
+        return when.timestamp() <= time.time()
+    except (OverflowError, ValueError, OSError):
+        return True
 
 
 def to_value(response: StoredResponse, drop: Collection[bytes], *, head: bool = False) -> list[Any]:
     """The stored form of ``response``, without hop-by-hop headers nor those in ``drop``.
 
-    ``Content-Length`` is dropped too, since a hit computes it from the body it
-    sends; except for ``HEAD``, whose length is that of a body it does not have.
+    ``[status, headers, body, length_at]``. ``Content-Length`` is not stored,
+    since a hit computes it from the body it sends; ``length_at`` says where
+    the app put it among the headers (``-1``: it sent none, as a streamed
+    response does), so that a hit sends the same headers in the same order.
+    A ``HEAD`` answer keeps the app's, the length of a body it does not have.
     """
     listed: set[bytes] = set()
     for name, value in response.headers:
         if name.lower() == b"connection":
             # Headers the Connection header names are hop-by-hop as well.
             listed.update(part.strip().lower() for part in value.split(b","))
-    headers = [
-        [name.decode("latin-1"), value.decode("latin-1")]
-        for name, value in response.headers
-        if (lowered := name.lower()) not in HOP_BY_HOP
-        and lowered not in drop
-        and lowered not in listed
-        and (head or lowered != b"content-length")
-    ]
-    return [response.status, headers, response.body.decode("latin-1")]
+    headers: list[list[str]] = []
+    length_at = -1
+    for name, value in response.headers:
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP or lowered in drop or lowered in listed:
+            continue
+        if lowered == b"content-length" and not head:
+            if length_at < 0:
+                length_at = len(headers)
+            continue
+        headers.append([name.decode("latin-1"), value.decode("latin-1")])
+    return [response.status, headers, response.body.decode("latin-1"), length_at]
+
+
+class InvalidEntry(ValueError):
+    """A stored value that decodes but is not a response a server may send.
+
+    Attributes:
+        reason: what is wrong (``status``, ``header``, ``stored_length``, ``shape``).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"not a valid stored response ({reason})")
+        self.reason = reason
+
+
+def invalid_reason(value: Any, *, head: bool) -> str | None:
+    """What makes ``value`` unfit to replay, or ``None`` when it is a valid stored response.
+
+    Valid: ``[status, headers, body, length_at]`` (``length_at`` may be
+    missing in entries stored before it existed) with an int status in 100-599 other than
+    101 (a hit cannot switch protocols), header names that are tokens, values
+    without CR, LF, NUL or other controls, all Latin-1, no hop-by-hop header,
+    no ``Content-Length`` but on a ``HEAD`` answer (a hit computes it), and a
+    Latin-1 string body.
+    """
+    if type(value) is not list or not 3 <= len(value) <= 4:
+        return "shape"
+    status, headers, body = value[0], value[1], value[2]
+    if len(value) == 4 and (type(value[3]) is not int or not -1 <= value[3] <= len(headers)):
+        return "shape"
+    if type(status) is not int or not 100 <= status <= 599 or status == 101:
+        return "status"
+    if type(headers) is not list or type(body) is not str:
+        return "shape"
+    try:
+        for name, field in headers:
+            if _FIELD_NAME(name) is None or _BAD_VALUE(field) is not None:
+                return "header"
+            lowered = name.lower()
+            if lowered in _NOT_STORED:
+                if lowered != "content-length":
+                    return "header"
+                if not head:
+                    return "stored_length"
+    except (TypeError, ValueError):
+        return "shape"  # a header that is not a pair of strings
+    if not body.isascii() and _BAD_BODY(body) is not None:
+        return "shape"
+    return None
+
+
+_NOT_STORED = frozenset([*(name.decode("latin-1") for name in HOP_BY_HOP), "content-length"])
 
 
 def replay_messages(value: Any, extra: Headers, *, head: bool) -> tuple[Message, Message]:
@@ -163,22 +290,24 @@ def replay_messages(value: Any, extra: Headers, *, head: bool) -> tuple[Message,
     ``Content-Length`` is kept for those instead.
 
     Raises:
-        KeyError, TypeError, ValueError, AttributeError, UnicodeEncodeError:
-            ``value`` is not a stored response.
+        InvalidEntry: ``value`` is not a valid stored response.
     """
-    status, stored_headers, text = value
-    if type(status) is not int:
-        raise TypeError("the stored status is not an int")
+    reason = invalid_reason(value, head=head)
+    if reason is not None:
+        raise InvalidEntry(reason)
+    status, stored_headers, text = value[0], value[1], value[2]
     headers = [(name.encode("latin-1"), field.encode("latin-1")) for name, field in stored_headers]
     body = text.encode("latin-1")
-    if not head and status not in _NO_LENGTH:
-        headers.append((b"content-length", str(len(body)).encode()))
+    # Where the app put its length; an entry stored before length_at existed gets one last.
+    length_at = value[3] if len(value) == 4 else len(headers)
+    if not head and status not in _NO_LENGTH and length_at >= 0:
+        headers.insert(length_at, (b"content-length", str(len(body)).encode()))
     headers += extra
     start = {"type": "http.response.start", "status": status, "headers": headers}
     return start, {"type": "http.response.body", "body": body, "more_body": False}
 
 
-async def _admitted(hook: AdmitResponse, scope: Scope, response: StoredResponse) -> bool:
+async def admitted(hook: AdmitResponse, scope: Scope, response: StoredResponse) -> bool:
     try:
         verdict = hook(scope, response)
         if inspect.isawaitable(verdict):
@@ -187,166 +316,3 @@ async def _admitted(hook: AdmitResponse, scope: Scope, response: StoredResponse)
         _log.warning("admit", "asyncache: the middleware's admit hook raised %r; not storing", exc)
         return False
     return verdict is not False
-
-
-Finish = Callable[[StoredResponse | None, str | None], Awaitable[None]]
-
-
-class ResponseCapture:
-    """The app's ``send`` on a miss: forwards the response and keeps a copy that may be stored.
-
-    The start message is held back until the response is known to be storable
-    or not: when its headers already refuse it, it goes out at once; otherwise
-    it waits for the first body message (a one-message body is then complete
-    and judged whole). A streamed body is forwarded as it comes and copied
-    beside it until it ends or grows over the cap.
-
-    ``finish(response, reason)`` runs once, after the client got the last
-    message: with the response when it may be stored, or with ``None`` and the
-    reason when it may not. While the copy may still be stored, a client that
-    went away (the server's ``send`` raised ``OSError``) does not stop the app,
-    so that what it computes still reaches the store and the waiting requests.
-
-    Args:
-        send: the server's ``send``.
-        scope: the request's scope, for the ``admit`` hook.
-        extra: headers added to the start message (the cache status).
-        statuses: the statuses that may be stored.
-        keyed: the request headers the key holds (what ``Vary`` may name).
-        limit: the largest body that may be stored.
-        admit: the user's hook, or ``None``.
-        finish: called once with the outcome.
-    """
-
-    __slots__ = (
-        "_admit",
-        "_chunks",
-        "_client_error",
-        "_extra",
-        "_finish",
-        "_finished",
-        "_headers",
-        "_held",
-        "_keyed",
-        "_limit",
-        "_scope",
-        "_send",
-        "_size",
-        "_status",
-        "_statuses",
-    )
-
-    def __init__(
-        self,
-        send: Send,
-        *,
-        scope: Scope,
-        extra: Headers,
-        statuses: Collection[int],
-        keyed: Collection[bytes],
-        limit: int,
-        admit: AdmitResponse | None,
-        finish: Finish,
-    ) -> None:
-        self._send = send
-        self._scope = scope
-        self._extra = extra
-        self._statuses = statuses
-        self._keyed = keyed
-        self._limit = limit
-        self._admit = admit
-        self._finish = finish
-        self._held: Message | None = None
-        self._chunks: list[bytes] | None = None
-        self._size = 0
-        self._client_error: OSError | None = None
-        self._finished = False
-
-    @property
-    def finished(self) -> bool:
-        """Whether ``finish`` ran."""
-        return self._finished
-
-    async def __call__(self, message: Message) -> None:
-        kind = message["type"]
-        if kind == "http.response.body":
-            if self._chunks is None:
-                await self._forward(message)
-            else:
-                await self._body(message)
-        elif kind == "http.response.start":
-            await self._start(message)
-        else:
-            if kind in _SENDFILE:
-                await self._refuse("pathsend")
-            elif kind == "http.response.trailers":
-                await self._refuse("trailers")
-            elif self._held is not None:
-                # An extension's message: keep the order the app sent them in.
-                held, self._held = self._held, None
-                await self._forward(held)
-            await self._forward(message)
-
-    async def _start(self, message: Message) -> None:
-        start = dict(message)
-        start["headers"] = [*message.get("headers", ()), *self._extra]
-        reason = refusal(message, statuses=self._statuses, keyed=self._keyed, limit=self._limit)
-        if reason is None:
-            self._status: int = message["status"]
-            self._headers: Headers = [(name, value) for name, value in message.get("headers", ())]
-            self._held = start
-            self._chunks = []
-            return
-        await self._forward(start)
-        await self._done(None, reason)
-
-    async def _body(self, message: Message) -> None:
-        chunks = self._chunks
-        assert chunks is not None
-        chunk = message.get("body", b"")
-        self._size += len(chunk)
-        if self._size > self._limit:
-            await self._refuse("too_large")
-            await self._forward(message)
-            return
-        chunks.append(chunk)
-        if self._held is not None:
-            held, self._held = self._held, None
-            await self._forward(held)
-        await self._forward(message)
-        if message.get("more_body", False):
-            return
-        response = StoredResponse(self._status, self._headers, b"".join(chunks))
-        self._chunks = None
-        if self._admit is not None and not await _admitted(self._admit, self._scope, response):
-            await self._done(None, "admit")
-            return
-        await self._done(response, None)
-
-    async def _refuse(self, reason: str) -> None:
-        """Stop copying: the response goes on to the client but will not be stored."""
-        if self._chunks is None:
-            return
-        self._chunks = None
-        if self._held is not None:
-            held, self._held = self._held, None
-            await self._forward(held)
-        await self._done(None, reason)
-
-    async def _done(self, response: StoredResponse | None, reason: str | None) -> None:
-        if not self._finished:
-            self._finished = True
-            await self._finish(response, reason)
-
-    async def _forward(self, message: Message) -> None:
-        if self._client_error is not None:
-            if self._chunks is None:
-                # Nothing will be stored any more: let the app learn the client left.
-                raise self._client_error
-            return
-        try:
-            await self._send(message)
-        except OSError as exc:
-            if self._chunks is None:
-                raise
-            self._client_error = exc

@@ -165,7 +165,11 @@ async def test_an_entry_that_is_not_a_response_is_not_replayed() -> None:
     result = await call(middleware, body=b"{}")
     assert result.status == 200
     assert result.cache == "bypass"
-    assert cache_stats(cache)["middleware"]["bypass_reasons"] == {"unreadable_entry": 1}
+    assert cache_stats(cache)["middleware"]["bypass_reasons"] == {"invalid_shape": 1}
+    # The entry is deleted and counted: the next request stores a valid one.
+    assert cache.stats()["corrupt"] == 1
+    assert (await call(middleware, body=b"{}")).cache == "miss"
+    assert (await call(middleware, body=b"{}")).cache == "hit"
 
 
 async def test_the_stats_endpoint_serves_json() -> None:

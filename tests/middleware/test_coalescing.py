@@ -44,7 +44,8 @@ async def test_identical_requests_run_the_app_once() -> None:
     assert first.cache == "miss"
     assert [r.cache for r in shared] == ["shared"] * FOLLOWERS
     assert {r.body for r in shared} == {first.body}
-    assert {r.header("content-length") for r in shared} == {str(len(first.body))}
+    # Each follower gets what the leader's client got, as the app sent it.
+    assert {r.header("content-length") for r in shared} == {first.header("content-length")}
     assert cache_stats(middleware.cache)["middleware"]["shared"] == FOLLOWERS
     assert middleware.cache.stats()["in_flight"] == 0
 
@@ -65,17 +66,25 @@ async def test_followers_do_not_get_a_response_that_was_not_admitted() -> None:
     assert await middleware.cache.store.count() == 0
 
 
-async def test_a_500_is_not_handed_to_followers() -> None:
-    app = RecordingApp(Answer(status=500, chunks=[b'{"error": "boom"}']))
+async def test_followers_share_a_5xx_without_storing_it() -> None:
+    # A failure stampede costs one app call: the followers share the 5xx as callers
+    # share an exception; nothing is stored, so the next request asks the app again.
+    app = RecordingApp(Answer(status=503, chunks=[b'{"error": "overloaded"}']))
     middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
     leader, followers = await stampede(middleware, app)
     assert app.gate is not None
-    app.answer = Answer(status=500, chunks=[b'{"error": "boom"}'])
     app.gate.set()
-    assert (await leader).status == 500
+    assert (await leader).status == 503
     others = await asyncio.gather(*followers)
-    assert app.calls == 1 + FOLLOWERS
-    assert {r.cache for r in others} == {"miss"}
+    assert app.calls == 1
+    assert {(r.status, r.body, r.cache) for r in others} == {
+        (503, b'{"error": "overloaded"}', "shared")
+    }
+    assert await middleware.cache.store.count() == 0
+    assert middleware.stats.not_admitted_reasons == {"failure": 1}
+    app.gate = None
+    assert (await call(middleware, body=b'{"q": 1}')).cache == "miss"
+    assert app.calls == 2
 
 
 class FailingOnce(RecordingApp):

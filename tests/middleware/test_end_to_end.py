@@ -159,8 +159,9 @@ async def test_a_leader_that_hangs_up_still_serves_the_burst(
     payload = b'{"text": "good morning"}'
     raw = socket.create_connection(("127.0.0.1", port))
     raw.sendall(
-        b"POST /v1/sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+        # The same Host as httpx sends: the host is part of the key.
+        b"POST /v1/sentiment HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (port, len(payload), payload)
     )
     await wait_until(lambda: svc.entered == 1, "the leader reached the model")
     raw.close()  # the first client hangs up while the model runs

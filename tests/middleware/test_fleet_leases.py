@@ -128,6 +128,8 @@ async def test_four_replicas_run_a_hot_miss_once(
                         client.post(
                             f"http://127.0.0.1:{ports[n % REPLICAS]}/predict",
                             json={"text": "hot"},
+                            # One site behind a balancer: the host is part of the key.
+                            headers={"host": "fleet.example"},
                         )
                         for n in range(REQUESTS)
                     )

@@ -99,7 +99,9 @@ def test_query_is_sorted_by_name_and_keeps_repeated_order() -> None:
     assert sorted_query(b"a=1&a=2") != sorted_query(b"a=2&a=1")
     assert sorted_query(b"a=%41") == sorted_query(b"a=A")
     assert sorted_query(b"a=%FF") != sorted_query(b"a=%FE")
-    assert sorted_query(b"a") == [("a", "")]
+    assert sorted_query(b"a") == [("a", None)]
+    assert sorted_query(b"flag") != sorted_query(b"flag=")  # an app may tell them apart
+    assert sorted_query(b"b=1&a=2&b=0&a=1") == [("a", "2"), ("a", "1"), ("b", "1"), ("b", "0")]
     assert sorted_query(b"") == []
 
 

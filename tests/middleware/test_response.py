@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware, StoredResponse
+from asyncache.middleware.broadcast import Broadcast
+from asyncache.middleware.capture import ResponseCapture
 from asyncache.middleware.response import (
-    ResponseCapture,
+    InvalidEntry,
+    invalid_reason,
     refusal,
     replay_messages,
     to_value,
@@ -33,7 +37,17 @@ def judge(message: dict[str, Any]) -> str | None:
     [
         (start(200, JSON), None),
         (start(201, JSON), "status"),
-        (start(500, JSON), "status"),
+        (start(500, JSON), "failure"),
+        (start(206, JSON), "status"),
+        (start(304), "status"),
+        (start(200, (b"cache-control", b"max-age=0")), "cache_control"),
+        (start(200, (b"cache-control", b"public, s-maxage=0")), "cache_control"),
+        (start(200, (b"cache-control", b'max-age="0"')), "cache_control"),
+        (start(200, (b"pragma", b"no-cache")), "pragma"),
+        (start(200, (b"expires", b"0")), "expires"),
+        (start(200, (b"expires", b"Thu, 01 Jan 1970 00:00:00 GMT")), "expires"),
+        (start(200, (b"expires", b"Fri, 01 Jan 2100 00:00:00 GMT")), None),
+        (start(200, (b"expires", b"0"), (b"cache-control", b"max-age=60")), None),
         (start(200, JSON, (b"set-cookie", b"sid=1")), "set_cookie"),
         (start(200, (b"Set-Cookie", b"sid=1")), "set_cookie"),
         (start(200, (b"cache-control", b"private")), "cache_control"),
@@ -75,13 +89,24 @@ def test_the_stored_form_drops_hop_by_hop_and_length_headers() -> None:
     )
     value = to_value(response, {b"x-cache"})
     assert value[1] == [["content-type", "application/json"], ["x-model", "v3\xe9"]]
+    assert value[3] == 1  # where the app put its length, among the kept headers
     start_message, body_message = replay_messages(value, [(b"x-cache", b"hit")], head=False)
     assert body_message["body"] == b"\x00\xff{}"
+    # The app's headers in the app's order, the length computed from the body.
     assert start_message["headers"] == [
         JSON,
-        (b"x-model", b"v3\xe9"),
         (b"content-length", b"4"),
+        (b"x-model", b"v3\xe9"),
         (b"x-cache", b"hit"),
+    ]
+    # A streamed response sent no length: its hit sends none either.
+    streamed = to_value(StoredResponse(200, [JSON], b"ab"), set())
+    assert streamed[3] == -1
+    assert replay_messages(streamed, [], head=False)[0]["headers"] == [JSON]
+    # An entry stored before length_at existed gets its length last.
+    assert replay_messages([200, [["a", "b"]], "xy"], [], head=False)[0]["headers"] == [
+        (b"a", b"b"),
+        (b"content-length", b"2"),
     ]
 
 
@@ -105,8 +130,43 @@ def test_replay_writes_no_length_for_204_and_keeps_the_apps_for_head() -> None:
     ],
 )
 def test_replay_refuses_what_is_not_a_stored_response(value: Any) -> None:
-    with pytest.raises((KeyError, TypeError, ValueError, AttributeError, UnicodeEncodeError)):
+    with pytest.raises(InvalidEntry):
         replay_messages(value, [], head=False)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ([99, [], ""], "status"),
+        ([600, [], ""], "status"),
+        ([101, [], ""], "status"),
+        ([True, [], ""], "status"),
+        ([200, [["x-a", "b\r\nset-cookie: sid=1"]], ""], "header"),
+        ([200, [["x-a", "b\x00"]], ""], "header"),
+        ([200, [["x a", "b"]], ""], "header"),
+        ([200, [["x-a\n", "b"]], ""], "header"),
+        ([200, [["", "b"]], ""], "header"),
+        ([200, [["x-a", "\u20ac"]], ""], "header"),
+        ([200, [["transfer-encoding", "chunked"]], ""], "header"),
+        ([200, [["Content-Length", "9"]], "abc"], "stored_length"),
+        ([200, [], "\u20ac"], "shape"),
+        ([200, [], "", 1], "shape"),
+        ([200, [], "", "0"], "shape"),
+        ([200, [["a", "b", "c"]], ""], "shape"),
+        ([200, [], "", 0], None),
+        ([200, [["x-a", "tab\there"]], "\xff"], None),
+    ],
+)
+def test_a_value_is_checked_before_it_is_replayed(value: Any, reason: str | None) -> None:
+    assert invalid_reason(value, head=False) == reason
+    if reason is not None:
+        with pytest.raises(InvalidEntry) as raised:
+            replay_messages(value, [], head=False)
+        assert raised.value.reason == reason
+
+
+def test_a_head_answer_keeps_its_stored_length() -> None:
+    assert invalid_reason([200, [["content-length", "12"]], ""], head=True) is None
 
 
 def test_stored_response_helpers() -> None:
@@ -120,95 +180,110 @@ def test_stored_response_helpers() -> None:
 # -- capture ------------------------------------------------------------------
 
 
-class Sink:
-    def __init__(self, fail_after: int | None = None) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.fail_after = fail_after
+def capture_for(outcomes: list[Any], limit: int = 100) -> tuple[ResponseCapture, Broadcast]:
+    broadcast = Broadcast(limit, None, b"k")
 
-    async def __call__(self, message: dict[str, Any]) -> None:
-        if self.fail_after is not None and len(self.messages) >= self.fail_after:
-            raise OSError("gone")
-        self.messages.append(message)
-
-
-def capture_for(sink: Sink, outcomes: list[Any], limit: int = 100) -> ResponseCapture:
     async def finish(response: StoredResponse | None, reason: str | None) -> None:
-        outcomes.append((response, reason, len(sink.messages)))
+        outcomes.append((response, reason, len(broadcast.messages)))
 
-    return ResponseCapture(
-        sink,
+    capture = ResponseCapture(
+        broadcast,
         scope={},
-        extra=[(b"x-cache", b"miss")],
         statuses={200},
         keyed={b"content-type"},
         limit=limit,
         admit=None,
         finish=finish,
     )
+    return capture, broadcast
 
 
-async def test_start_is_held_until_the_first_body_message() -> None:
-    sink, outcomes = Sink(), []
-    capture = capture_for(sink, outcomes)
+def body(chunk: bytes, more: bool = False) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": chunk, "more_body": more}
+
+
+async def test_the_start_goes_out_at_once_and_the_body_is_judged_as_it_passes() -> None:
+    outcomes: list[Any] = []
+    capture, broadcast = capture_for(outcomes)
     await capture(start(200, JSON))
-    assert sink.messages == []
-    await capture({"type": "http.response.body", "body": b"ab", "more_body": True})
-    assert [m["type"] for m in sink.messages] == ["http.response.start", "http.response.body"]
-    assert sink.messages[0]["headers"] == [JSON, (b"x-cache", b"miss")]
-    await capture({"type": "http.response.body", "body": b"cd", "more_body": False})
+    # Never held back: the start is handed on before any body message exists.
+    assert [m["type"] for m in broadcast.messages] == ["http.response.start"]
+    assert broadcast.decided.is_set() and broadcast.shared
+    await capture(body(b"ab", more=True))
+    await capture(body(b"cd"))
     assert len(outcomes) == 1
-    response, reason, forwarded = outcomes[0]
+    response, reason, handed_on = outcomes[0]
     assert reason is None
     assert response.body == b"abcd"
-    assert response.headers == [JSON]  # the app's headers, not ours
-    assert forwarded == 3  # the client had everything before the store began
+    assert response.headers == [JSON]
+    assert handed_on == 3  # every message was handed on before the store began
+    assert broadcast.complete
 
 
-async def test_a_refused_start_goes_out_at_once() -> None:
-    sink, outcomes = Sink(), []
-    capture = capture_for(sink, outcomes)
-    await capture(start(500, JSON))
-    assert len(sink.messages) == 1
-    assert outcomes == [(None, "status", 1)]
-    await capture({"type": "http.response.body", "body": b"x"})
-    assert len(sink.messages) == 2
-    assert len(outcomes) == 1
+async def test_a_refused_start_goes_out_at_once_and_releases_followers() -> None:
+    outcomes: list[Any] = []
+    capture, broadcast = capture_for(outcomes)
+    owner, follower = broadcast.join(owner=True), broadcast.join()
+    await capture(start(200, JSON, (b"set-cookie", b"sid=alice")))
+    assert [reason for _, reason, _ in outcomes] == ["set_cookie"]
+    assert broadcast.decided.is_set() and not broadcast.shared
+    assert not follower.active and owner.active
 
 
-async def test_a_body_growing_over_the_cap_is_forwarded_whole_and_not_stored() -> None:
-    sink, outcomes = Sink(), []
-    capture = capture_for(sink, outcomes, limit=5)
+async def test_a_5xx_is_shared_but_never_stored() -> None:
+    outcomes: list[Any] = []
+    capture, broadcast = capture_for(outcomes)
+    await capture(start(503, JSON))
+    assert [reason for _, reason, _ in outcomes] == ["failure"]
+    assert broadcast.shared
+
+
+async def test_a_body_growing_over_the_cap_is_handed_on_whole_and_not_stored() -> None:
+    outcomes: list[Any] = []
+    capture, broadcast = capture_for(outcomes, limit=5)
+    reader = broadcast.join(owner=True)
     await capture(start(200, JSON))
+    got: list[bytes] = []
     for chunk, more in ((b"abc", True), (b"def", True), (b"g", False)):
-        await capture({"type": "http.response.body", "body": chunk, "more_body": more})
-    assert b"".join(m.get("body", b"") for m in sink.messages[1:]) == b"abcdefg"
+        # Past the cap, the app waits for its reader: read as a client would.
+        sending = asyncio.ensure_future(capture(body(chunk, more)))
+        while not sending.done():
+            message = broadcast.take(reader)
+            if message is None:
+                await asyncio.sleep(0)
+                continue
+            got.append(message.get("body", b""))
+            broadcast.sent(reader)
+        await sending
+    while (message := broadcast.take(reader)) is not None:
+        got.append(message.get("body", b""))
+        broadcast.sent(reader)
+    assert b"".join(got) == b"abcdefg"
     assert [(r, reason) for r, reason, _ in outcomes] == [(None, "too_large")]
+    assert not broadcast.keep
 
 
-async def test_pathsend_is_forwarded_and_not_stored() -> None:
-    sink, outcomes = Sink(), []
-    capture = capture_for(sink, outcomes)
+async def test_pathsend_is_handed_on_and_not_stored() -> None:
+    outcomes: list[Any] = []
+    capture, broadcast = capture_for(outcomes)
+    broadcast.join(owner=True)
     await capture(start(200, JSON))
     await capture({"type": "http.response.pathsend", "path": "/tmp/x"})
-    assert [m["type"] for m in sink.messages] == ["http.response.start", "http.response.pathsend"]
+    assert [m["type"] for m in broadcast.messages] == [
+        "http.response.start",
+        "http.response.pathsend",
+    ]
     assert [reason for _, reason, _ in outcomes] == ["pathsend"]
 
 
-async def test_a_client_gone_while_capturing_does_not_stop_the_copy() -> None:
-    sink, outcomes = Sink(fail_after=1), []
-    capture = capture_for(sink, outcomes)
-    await capture(start(200, JSON))
-    await capture({"type": "http.response.body", "body": b"ab", "more_body": True})
-    await capture({"type": "http.response.body", "body": b"cd", "more_body": False})
-    assert outcomes[0][0].body == b"abcd"
-
-
-async def test_a_client_gone_after_refusal_reaches_the_app() -> None:
-    sink, outcomes = Sink(fail_after=1), []
-    capture = capture_for(sink, outcomes)
-    await capture(start(500, JSON))
-    with pytest.raises(OSError, match="gone"):
-        await capture({"type": "http.response.body", "body": b"ab"})
+async def test_nobody_reading_what_will_not_be_stored_reaches_the_app() -> None:
+    outcomes: list[Any] = []
+    capture, broadcast = capture_for(outcomes)
+    reader = broadcast.join(owner=True)
+    await capture(start(200, JSON, (b"set-cookie", b"a=1")))
+    broadcast.leave(reader)  # the client went away
+    with pytest.raises(OSError, match="no client"):
+        await capture(body(b"ab", more=True))
 
 
 # -- the admit hooks, through the middleware ------------------------------
@@ -262,4 +337,4 @@ async def test_the_caches_own_admit_hook_sees_the_stored_dict() -> None:
     await call(middleware, body=b"{}")
     await call(middleware, body=b"{}")
     assert app.calls == 2
-    assert seen[0] == [200, [["content-type", "application/json"]], '{"label":"positive"}']
+    assert seen[0] == [200, [["content-type", "application/json"]], '{"label":"positive"}', -1]

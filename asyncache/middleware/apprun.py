@@ -1,0 +1,208 @@
+"""A run of the app on a miss: its response to a ``Broadcast``, its outcome to the engine.
+
+The app runs in a task of its own: the engine gets the captured response as
+soon as it is complete, not when the app returns (an app's background work
+runs after its response), and neither a leader that is cancelled nor one
+whose client left cuts the run short for the requests that share it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine import Unshared
+from ..runtime import cancelled, is_cancellation, new_event, spawn
+from .broadcast import Broadcast
+from .capture import ResponseCapture
+from .response import StoredResponse, invalid_reason, to_value
+from .settings import ExchangeSettings
+from .types import Message, Receive, Scope
+
+__all__ = ["AppRun", "AppRunner", "LeaderReceive"]
+
+
+class AppRunner:
+    """Runs the app for one request, for the engine (``compute``) and for audits (``recompute``).
+
+    Args:
+        settings: the middleware's shared settings.
+        scope: the request's scope.
+        receive: the leader's ``receive`` (the body already read, then the server's).
+        key: the request's key.
+        inputs: the canonical request.
+        body: the request body, for an audit's run of the app.
+    """
+
+    __slots__ = ("app", "body", "broadcast", "inputs", "key", "receive", "scope", "settings")
+
+    def __init__(
+        self,
+        settings: ExchangeSettings,
+        scope: Scope,
+        receive: Receive,
+        key: bytes,
+        inputs: list[Any],
+        body: bytes,
+    ) -> None:
+        self.settings = settings
+        self.scope = scope
+        self.receive = receive
+        self.key = key
+        self.inputs = inputs
+        self.body = body
+        self.app: AppRun | None = None
+        """The run of the app, once the engine asked for one."""
+        self.broadcast: Broadcast | None = None
+        """Where the run's messages go; set before the engine may call ``compute``."""
+
+    async def compute(self) -> Any:
+        """Run the app for this request (the engine calls this at most once per run).
+
+        Returns the storable response value as soon as the response is
+        complete, or ``Unshared(None)`` when it may not be stored.
+        """
+        settings = self.settings
+        broadcast = self.broadcast
+        assert broadcast is not None
+        settings.stats.outcomes["miss"] += 1
+        self.app = run = AppRun()
+        capture = settings.capture(broadcast, self.scope, self._finish)
+        receive = LeaderReceive(self.receive, broadcast)
+        run.task = spawn(self._run_app(run, capture, receive, broadcast))
+        try:
+            await run.response.wait()
+        except BaseException as exc:
+            if is_cancellation(exc) and run.task is not None:
+                # The run itself was cancelled (the cache is closing): stop the app too.
+                run.task.cancel()
+            raise
+        if run.response_error is not None:
+            raise run.response_error
+        return run.value
+
+    async def _run_app(
+        self, run: AppRun, capture: ResponseCapture, receive: Receive, broadcast: Broadcast
+    ) -> None:
+        try:
+            await self.settings.app(self.scope, receive, capture)
+        except BaseException as exc:
+            if is_cancellation(exc):
+                run.settle(error=cancelled("the app was cancelled"))
+                raise
+            run.error = exc
+            broadcast.fail(exc)
+            run.settle(error=exc)  # nothing is stored; whoever shares the run shares this
+        finally:
+            if not run.response.is_set():
+                # The app ended without a whole response.
+                self.settings.stats.not_admitted("incomplete")
+                run.settle(Unshared(None))
+            broadcast.end()
+            run.finished.set()
+
+    async def _finish(self, response: StoredResponse | None, reason: str | None) -> None:
+        """The response is complete: hand it to the engine (or say it may not be stored)."""
+        run = self.app
+        if run is None or run.response.is_set():
+            return
+        stats = self.settings.stats
+        if response is None:
+            stats.not_admitted(reason or "refused")
+            run.settle(Unshared(None))
+            return
+        head = self.inputs[0] == "HEAD"
+        value = to_value(response, self.settings.headers.names, head=head)
+        invalid = invalid_reason(value, head=head)
+        if invalid is not None:
+            stats.not_admitted(f"invalid_{invalid}")
+            run.settle(Unshared(None))
+            return
+        run.settle(value)
+
+    async def recompute(self) -> Any:
+        """Run the app again in the background for an audit; its response goes nowhere.
+
+        Raises:
+            ValueError: the fresh response may not be stored, so it cannot be compared.
+        """
+        settings = self.settings
+        done: list[tuple[StoredResponse | None, str | None]] = []
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": self.body, "more_body": False}
+            # Never a disconnect: an app that listens for one would cut its response short.
+            await new_event().wait()
+            raise AssertionError("unreachable")
+
+        async def finish(response: StoredResponse | None, reason: str | None) -> None:
+            if not done:
+                done.append((response, reason))
+
+        broadcast = Broadcast(settings.engine.max_entry_bytes, None, self.key)
+        try:
+            await settings.app(dict(self.scope), receive, settings.capture(broadcast, {}, finish))
+        except OSError:
+            if not done:
+                raise  # otherwise: nobody reads a response that will not be stored
+        if not done:
+            raise ValueError("the app ended without a whole response")
+        response, reason = done[0]
+        if response is None:
+            raise ValueError(f"the fresh response may not be stored ({reason})")
+        return to_value(response, settings.headers.names, head=self.inputs[0] == "HEAD")
+
+
+class LeaderReceive:
+    """The app's ``receive`` in a run: the leader's, but its disconnect waits for the followers.
+
+    A leader whose client left must not cut short the response that other
+    clients are reading: the app learns of the disconnect once nobody else
+    reads (or the response is complete).
+    """
+
+    __slots__ = ("_broadcast", "_receive")
+
+    def __init__(self, receive: Receive, broadcast: Broadcast) -> None:
+        self._receive = receive
+        self._broadcast = broadcast
+
+    async def __call__(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.disconnect":
+            broadcast = self._broadcast
+            while not broadcast.ended and broadcast.followers():
+                await broadcast.changed().wait()
+        return message
+
+
+class AppRun:
+    """One run of the app by a leader: when its response is complete, and when it ends."""
+
+    __slots__ = ("error", "finished", "response", "response_error", "task", "value")
+
+    def __init__(self) -> None:
+        self.response = new_event()
+        """Set once the response is complete (or known not to be storable, or failed)."""
+        self.finished = new_event()
+        """Set when the app returned or raised."""
+        self.value: Any = None
+        self.response_error: BaseException | None = None
+        self.error: BaseException | None = None
+        """What the app raised, for the leader's server."""
+        self.task: Any = None
+
+    def settle(self, value: Any = None, *, error: BaseException | None = None) -> None:
+        """Hand the engine the outcome (the first one only)."""
+        if not self.response.is_set():
+            self.value = value
+            self.response_error = error
+            self.response.set()
+
+    def raise_error(self) -> None:
+        """Raise what the app raised, if it did."""
+        if self.error is not None:
+            raise self.error

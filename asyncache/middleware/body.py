@@ -1,0 +1,164 @@
+"""What the key holds for a request's query string and body.
+
+Two requests share a key only when the app cannot tell them apart. A JSON body
+keys on its parsed value (whitespace and object key order do not matter, ``1``
+and ``1.0`` stay apart), unless parsing would merge what the app may see as
+different: an object with a repeated key (``{"to": "mallory", "to": "bob"}``
+parses like ``{"to": "bob"}``, yet an app may reject it) or a number that a
+double does not keep (``1e-400`` parses to ``0.0``, ``4e-324`` to ``5e-324``,
+a 20-digit id to its neighbours). Those bodies key on their raw bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from operator import itemgetter
+from typing import Any
+from urllib.parse import unquote_plus
+
+import orjson
+
+__all__ = ["body_slot", "exact_json", "sorted_query"]
+
+
+def sorted_query(query_string: bytes) -> list[tuple[str, str | None]]:
+    """The query's decoded pairs, sorted by name; repeated names keep their order as sent.
+
+    ``a=1&b=2`` and ``b=2&a=1`` key alike, ``a=1&a=2`` and ``a=2&a=1`` do not
+    (frameworks hand repeated parameters to the app as an ordered list).
+    ``?flag`` (value ``None``) and ``?flag=`` (value ``""``) differ: an app may
+    tell them apart in the raw query string. Percent-escapes decode as
+    Latin-1, so every distinct byte stays distinct.
+    """
+    if not query_string:
+        return []
+    pairs: list[tuple[str, str | None]] = []
+    for part in query_string.decode("latin-1").split("&"):
+        if not part:
+            continue
+        name, equals, value = part.partition("=")
+        pairs.append(
+            (
+                unquote_plus(name, encoding="latin-1"),
+                unquote_plus(value, encoding="latin-1") if equals else None,
+            )
+        )
+    pairs.sort(key=itemgetter(0))  # a stable sort: repeated names keep their order
+    return pairs
+
+
+def body_slot(content_type: bytes, body: bytes) -> list[Any]:
+    """What the key holds for the body.
+
+    A JSON body (``application/json`` or ``+json``) keys on its parsed value
+    when parsing keeps everything the bytes say (``exact_json``); anything
+    else, malformed JSON included, keys on its raw bytes.
+    """
+    known = _MEDIA.get(content_type)
+    if known is None:
+        known = _media(content_type)
+    ctype, json_media = known
+    if not body:
+        return ["empty", ctype]
+    if json_media is not None:
+        parsed = exact_json(body)
+        if parsed is not _INEXACT:
+            return ["json", json_media, parsed]
+    return ["raw", ctype, hashlib.blake2b(body, digest_size=16).hexdigest()]
+
+
+_INEXACT: Any = object()
+
+# A JSON number. Also matched inside strings, which only makes a body key on its bytes.
+_NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+
+
+def exact_json(body: bytes) -> Any:
+    """``body`` parsed, or ``_INEXACT`` when it is not JSON or parsing would lose something.
+
+    Lost: a repeated object key, or a number a double does not hold (it would
+    print back as another number). orjson parses integers of up to 64 bits
+    exactly, so only a body whose value holds a float can hold such a number.
+    """
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _INEXACT
+    colons = body.count(b":")
+    if type(parsed) is dict and len(parsed) == colons:
+        # Each member has one colon outside strings: a flat object with one colon per
+        # key repeats no key (the common case, checked without a walk).
+        for item in parsed.values():
+            if type(item) is float or type(item) is list:
+                break
+        else:
+            return parsed
+    elif colons and not _members_kept(body, parsed, colons):
+        return _INEXACT
+    if _holds_float(parsed) and not _numbers_exact(body):
+        return _INEXACT
+    return parsed
+
+
+def _holds_float(value: Any) -> bool:
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is dict:
+        return any(_holds_float(item) for item in value.values())
+    if kind is list:
+        return any(_holds_float(item) for item in value)
+    return False
+
+
+def _numbers_exact(body: bytes) -> bool:
+    """Whether every number in ``body`` prints back from its double as the same number."""
+    for match in _NUMBER.finditer(body):
+        text = match.group().decode("ascii")
+        try:
+            if Decimal(text) != Decimal(repr(float(text))):
+                return False
+        except (InvalidOperation, ValueError, OverflowError):
+            return False
+    return True
+
+
+def _members_kept(body: bytes, parsed: Any, colons: int) -> bool:
+    """Whether parsing kept every object member: no key was repeated.
+
+    orjson writes every colon inside strings as it is, so without ``\\u``
+    escapes (which may hide a colon) the colons of the re-encoded value equal
+    the body's exactly when nothing was dropped. With escapes, the slow way.
+    """
+    if b"\\u" not in body:
+        return orjson.dumps(parsed).count(b":") == colons
+    try:
+        json.loads(body, object_pairs_hook=_no_repeats)
+    except ValueError:
+        return False
+    return True
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("a repeated key")
+    return result
+
+
+# Content-Type header value -> (its text, its JSON media type or None); a client
+# sends the same few values over and over.
+_MEDIA: dict[bytes, tuple[str, str | None]] = {}
+_MEDIA_MAX = 256
+
+
+def _media(content_type: bytes) -> tuple[str, str | None]:
+    ctype = content_type.decode("latin-1")
+    media = ctype.partition(";")[0].strip().lower()
+    known = (ctype, media if media == "application/json" or media.endswith("+json") else None)
+    if len(_MEDIA) < _MEDIA_MAX:
+        _MEDIA[content_type] = known
+    return known
