@@ -189,14 +189,14 @@ class MiddlewareDoor:
     def answer_of(self, value: Any) -> str:
         """The answer in a response as the cache's hooks see it.
 
-        The stored form is ``[status, [[name, value], ...], body]`` with a Latin-1
-        body (docs/middleware.md); a ``StoredResponse`` has ``json()``.
+        The stored form is ``[status, [[name, value], ...], body, length_at]`` with a
+        Latin-1 body (docs/middleware.md); a ``StoredResponse`` has ``json()``.
         """
         if isinstance(value, str):
             return value
         if hasattr(value, "json") and callable(value.json):
             return str(value.json()["answer"])
-        if isinstance(value, list | tuple) and len(value) == 3:
+        if isinstance(value, list | tuple) and len(value) in (3, 4):
             body = value[2]
             raw = body.encode("latin-1") if isinstance(body, str) else bytes(body)
             return str(json.loads(raw)["answer"])

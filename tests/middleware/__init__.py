@@ -9,9 +9,12 @@ records what it received and answers what it is told to.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.support import free_port
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -177,3 +180,32 @@ async def wait_until(condition: Callable[[], bool], what: str, limit: float = 10
                 await asyncio.sleep(0.002)
     except TimeoutError:
         raise AssertionError(f"timed out waiting until {what}") from None
+
+
+@asynccontextmanager
+async def uvicorn_serving(
+    app: App, *, http: str = "h11", lifespan: str = "off"
+) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port; yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        http=http,
+        ws="none",
+        lifespan=lifespan,
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        await wait_until(lambda: server.started or task.done(), "uvicorn is listening")
+        if task.done():
+            task.result()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -17,15 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
 
 from asyncache import DecisionCache
 from asyncache.middleware import CacheStatsEndpoint, DecisionCacheMiddleware, cache_stats
-from tests.support import free_port
 
-from . import wait_until
+from . import uvicorn_serving, wait_until
 
 
 class Review(BaseModel):
@@ -76,28 +74,8 @@ class Service:
         return app
 
 
-@asynccontextmanager
-async def serving(service: Service) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(
-        service.app(),
-        host="127.0.0.1",
-        port=port,
-        http="h11",
-        ws="none",
-        lifespan="on",
-        log_level="warning",
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        await wait_until(lambda: server.started or task.done(), "uvicorn is listening")
-        if task.done():
-            task.result()
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+def serving(service: Service) -> Any:
+    return uvicorn_serving(service.app(), lifespan="on")
 
 
 @pytest.fixture
