@@ -174,7 +174,7 @@ class LeaderReceive:
         message = await self._receive()
         if message["type"] == "http.disconnect":
             broadcast = self._broadcast
-            while not broadcast.ended and broadcast.followers():
+            while not broadcast.complete and broadcast.followers():
                 await broadcast.changed().wait()
         return message
 

@@ -25,13 +25,13 @@ from .types import Message
 __all__ = ["Broadcast", "Reader", "final"]
 
 
-def final(message: Message) -> bool:
-    """Whether ``message`` is the last one of a response."""
+def final(message: Message, trailers: bool) -> bool:
+    """Whether ``message`` is the last one of a response (``trailers``: its start declared them)."""
     kind = message["type"]
     if kind == "http.response.body" or kind == "http.response.zerocopy":
-        return not message.get("more_body", False)
+        return not trailers and not message.get("more_body", False)
     if kind == "http.response.pathsend":
-        return True
+        return not trailers
     if kind == "http.response.trailers":
         return not message.get("more_trailers", False)
     return False
@@ -70,6 +70,7 @@ class Broadcast:
         "decided",
         "ended",
         "error",
+        "followed",
         "keep",
         "keep_limit",
         "key",
@@ -81,6 +82,7 @@ class Broadcast:
         "size",
         "source",
         "traceback",
+        "trailers",
         "value",
     )
 
@@ -93,6 +95,8 @@ class Broadcast:
         self.keep = True
         """Every message since the first is kept: a request may still join."""
         self.readers: list[Reader] = []
+        self.followed = False
+        """A request other than the leader joined the run."""
         self.decided = new_event()
         """Set once followers can tell what to do: share, run alone, raise, take a value."""
         self.shared = False
@@ -100,9 +104,11 @@ class Broadcast:
         self.ran = False
         """The app ran for this broadcast (its owner's client gets its messages)."""
         self.ended = False
-        """No message will follow: the response is complete, or the app ended."""
+        """No message will follow: the app ended (or its answer came without it)."""
         self.complete = False
         """The last message of the response arrived."""
+        self.trailers = False
+        """The start message declared trailers: they end the response, not the body."""
         self.error: BaseException | None = None
         self.traceback: Any = None
         self.value: Any = None
@@ -122,6 +128,10 @@ class Broadcast:
         """A reader from the first message on (only while ``keep``)."""
         reader = Reader(self.base, owner=owner)
         self.readers.append(reader)
+        if not owner:
+            # From now on the leader's client alone never paces the app (nor delays the store).
+            self.followed = True
+            self._wake()
         return reader
 
     def leave(self, reader: Reader) -> None:
@@ -152,14 +162,17 @@ class Broadcast:
     def sent(self, reader: Reader) -> None:
         """``reader`` sent its message: move on, and let a paced app go on."""
         reader.position += 1
-        if not self.keep:
-            self._trim()
-            self._wake()
+        self._trim()
+        self._wake()
 
     # -- the app's side --------------------------------------------------------
 
     async def push(self, message: Message, body_bytes: int = 0) -> None:
-        """Append one of the app's messages; past the keep limit, wait for the readers.
+        """Append one of the app's messages, and return when the app may send the next.
+
+        Alone, the leader's client paces the app, as a server's ``send`` does.
+        Once a follower joined, nobody waits while the response is kept; past
+        the keep limit, the slowest reader paces the app, one message ahead.
 
         Raises:
             OSError: no reader is left and nothing is kept: nobody gets what the app sends.
@@ -167,27 +180,28 @@ class Broadcast:
         self.size += body_bytes
         if self.keep and self.size > self.keep_limit:
             self.stop_keeping()
+        if message["type"] == "http.response.start":
+            self.trailers = bool(message.get("trailers", False))
         self.messages.append(message)
-        if final(message):
+        if final(message, self.trailers):
             self.complete = True
-            self.end()
         self._wake()
-        if self.keep:
-            return
         while True:
-            self._trim()
             total = self.base + len(self.messages)
-            behind = False
             anyone = False
+            lowest = total
             for reader in self.readers:
                 if reader.active:
                     anyone = True
-                    behind = behind or reader.position < total - 1
+                    lowest = min(lowest, reader.position)
             if not anyone:
-                if self.complete:
+                if self.keep or self.complete:
                     return
                 raise OSError("no client reads the response any more")
-            if not behind:
+            if self.followed:
+                if self.keep or lowest >= total - 1:
+                    return
+            elif lowest >= total:
                 return
             await self._changed.wait()
 
@@ -236,7 +250,7 @@ class Broadcast:
         self.end()
 
     def end(self) -> None:
-        """No message will follow (the response is complete, or the app ended)."""
+        """No message will follow: the app ended."""
         if not self.complete:
             self.unlist()  # an incomplete run: later requests start afresh
         self.ended = True

@@ -203,7 +203,10 @@ class Exchange:
             broadcast.leave(reader)
 
     async def pump(self, broadcast: Broadcast, reader: Reader, outcome: str) -> None:
-        """Send ``broadcast``'s messages to this request's client as they come."""
+        """Send ``broadcast``'s messages to this request's client as they come.
+
+        A follower's ends with the response; the leader's when the app does.
+        """
         extra = self.settings.headers.for_outcome(outcome)
         send = self.send
         extensions = self.scope.get("extensions") or {}
@@ -220,9 +223,11 @@ class Exchange:
                     message = dict(message)
                     message["headers"] = [*message.get("headers", ()), *extra]
                 if reader.owner or kind in _RESPONSE or kind in extensions:
+                    # The leader's client gets exactly what the app sent, in order, even
+                    # what a server would refuse: that is the server's to reject.
                     await send(message)
                 broadcast.sent(reader)
-                if final(message):
+                if not reader.owner and final(message, broadcast.trailers):
                     return
         except OSError:
             return  # this client went away; the others go on
@@ -242,16 +247,13 @@ class Exchange:
         self.runner = runner
         reader = broadcast.join(owner=True)
         spawn(self._produce(runner, broadcast, listed))
-        try:
-            await broadcast.decided.wait()
-            if broadcast.ran:
-                await self.pump(broadcast, reader, "miss")
-            elif broadcast.source:
-                self.source = broadcast.source
-                await self.answer(broadcast.value)
-                return
-        finally:
-            broadcast.leave(reader)
+        # Whatever the app sends, from its first message on (an extension's message may
+        # come before the start), until the app ends or the answer came without it.
+        await self.pump(broadcast, reader, "miss")
+        if broadcast.source:
+            self.source = broadcast.source
+            await self.answer(broadcast.value)
+            return
         run = runner.app
         if run is not None:
             # The request ends when the app does (and what it may store is stored);

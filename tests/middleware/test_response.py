@@ -198,6 +198,19 @@ def capture_for(outcomes: list[Any], limit: int = 100) -> tuple[ResponseCapture,
     return capture, broadcast
 
 
+async def read(broadcast: Broadcast, reader: Any, got: list[dict[str, Any]]) -> None:
+    """Read as the leader's client would, until the app ends."""
+    while True:
+        message = broadcast.take(reader)
+        if message is None:
+            if broadcast.ended:
+                return
+            await broadcast.changed().wait()
+            continue
+        got.append(message)
+        broadcast.sent(reader)
+
+
 def body(chunk: bytes, more: bool = False) -> dict[str, Any]:
     return {"type": "http.response.body", "body": chunk, "more_body": more}
 
@@ -224,10 +237,15 @@ async def test_a_refused_start_goes_out_at_once_and_releases_followers() -> None
     outcomes: list[Any] = []
     capture, broadcast = capture_for(outcomes)
     owner, follower = broadcast.join(owner=True), broadcast.join()
+    got: list[dict[str, Any]] = []
+    client = asyncio.ensure_future(read(broadcast, owner, got))
     await capture(start(200, JSON, (b"set-cookie", b"sid=alice")))
     assert [reason for _, reason, _ in outcomes] == ["set_cookie"]
     assert broadcast.decided.is_set() and not broadcast.shared
     assert not follower.active and owner.active
+    broadcast.end()
+    await client
+    assert [m["type"] for m in got] == ["http.response.start"]
 
 
 async def test_a_5xx_is_shared_but_never_stored() -> None:
@@ -241,34 +259,29 @@ async def test_a_5xx_is_shared_but_never_stored() -> None:
 async def test_a_body_growing_over_the_cap_is_handed_on_whole_and_not_stored() -> None:
     outcomes: list[Any] = []
     capture, broadcast = capture_for(outcomes, limit=5)
-    reader = broadcast.join(owner=True)
+    got: list[dict[str, Any]] = []
+    client = asyncio.ensure_future(read(broadcast, broadcast.join(owner=True), got))
     await capture(start(200, JSON))
-    got: list[bytes] = []
     for chunk, more in ((b"abc", True), (b"def", True), (b"g", False)):
-        # Past the cap, the app waits for its reader: read as a client would.
-        sending = asyncio.ensure_future(capture(body(chunk, more)))
-        while not sending.done():
-            message = broadcast.take(reader)
-            if message is None:
-                await asyncio.sleep(0)
-                continue
-            got.append(message.get("body", b""))
-            broadcast.sent(reader)
-        await sending
-    while (message := broadcast.take(reader)) is not None:
-        got.append(message.get("body", b""))
-        broadcast.sent(reader)
-    assert b"".join(got) == b"abcdefg"
+        await capture(body(chunk, more))
+    broadcast.end()
+    await client
+    assert b"".join(m.get("body", b"") for m in got) == b"abcdefg"
     assert [(r, reason) for r, reason, _ in outcomes] == [(None, "too_large")]
     assert not broadcast.keep
+    assert broadcast.messages == []  # past the cap, nothing is kept once it was sent
 
 
 async def test_pathsend_is_handed_on_and_not_stored() -> None:
     outcomes: list[Any] = []
     capture, broadcast = capture_for(outcomes)
-    broadcast.join(owner=True)
+    got: list[dict[str, Any]] = []
+    client = asyncio.ensure_future(read(broadcast, broadcast.join(owner=True), got))
     await capture(start(200, JSON))
     await capture({"type": "http.response.pathsend", "path": "/tmp/x"})
+    broadcast.end()
+    await client
+    assert got == broadcast.messages
     assert [m["type"] for m in broadcast.messages] == [
         "http.response.start",
         "http.response.pathsend",
@@ -280,10 +293,9 @@ async def test_nobody_reading_what_will_not_be_stored_reaches_the_app() -> None:
     outcomes: list[Any] = []
     capture, broadcast = capture_for(outcomes)
     reader = broadcast.join(owner=True)
-    await capture(start(200, JSON, (b"set-cookie", b"a=1")))
     broadcast.leave(reader)  # the client went away
     with pytest.raises(OSError, match="no client"):
-        await capture(body(b"ab", more=True))
+        await capture(start(200, JSON, (b"set-cookie", b"a=1")))
 
 
 # -- the admit hooks, through the middleware ------------------------------
@@ -338,3 +350,33 @@ async def test_the_caches_own_admit_hook_sees_the_stored_dict() -> None:
     await call(middleware, body=b"{}")
     assert app.calls == 2
     assert seen[0] == [200, [["content-type", "application/json"]], '{"label":"positive"}', -1]
+
+
+async def test_alone_the_leaders_client_paces_the_app() -> None:
+    # As a server's send: the app's send returns once its client took the message.
+    outcomes: list[Any] = []
+    capture, broadcast = capture_for(outcomes)
+    reader = broadcast.join(owner=True)
+    sending = asyncio.ensure_future(capture(start(200, JSON)))
+    await asyncio.sleep(0)
+    assert not sending.done()
+    assert broadcast.take(reader) is not None
+    broadcast.sent(reader)
+    await sending
+
+
+async def test_trailers_end_the_response_not_the_body() -> None:
+    outcomes: list[Any] = []
+    capture, broadcast = capture_for(outcomes)
+    got: list[dict[str, Any]] = []
+    client = asyncio.ensure_future(read(broadcast, broadcast.join(owner=True), got))
+    await capture(start(200, JSON, trailers=True))
+    await capture(body(b"ab"))
+    assert not broadcast.complete
+    await capture({"type": "http.response.trailers", "headers": [(b"x-sum", b"1")]})
+    assert broadcast.complete
+    broadcast.end()
+    await client
+    # The leader's client gets the trailers too; the response is not stored.
+    assert [m["type"] for m in got][-1] == "http.response.trailers"
+    assert [reason for _, reason, _ in outcomes] == ["trailers"]

@@ -148,7 +148,10 @@ async def test_a_leader_whose_client_never_reads_holds_no_follower() -> None:
     await middleware(scope(), follower.receive, follower.send)
     assert len(follower.body) == size
     assert calls == [1]
+    # Stored at the end, without the leader's client having read it.
+    await wait_until(lambda: cache.stats()["stores"] == 1, "the response is stored")
     assert (await call(middleware, path="/generate", body=b'{"prompt": "hi"}')).cache == "hit"
+    assert calls == [1]
     leader.cancel()
     with pytest.raises(asyncio.CancelledError):
         await leader
@@ -300,3 +303,69 @@ def test_followers_get_each_chunk_as_it_comes_under_trio() -> None:
     calls, leader, follower = trio.run(main)
     assert calls == 1
     assert leader == follower == [b"start", b"0\n", b"1\n"]
+
+
+async def test_the_leaders_client_gets_exactly_what_the_app_sent() -> None:
+    # Trailers, and even a body after the last one: a server rejects that, not the middleware.
+    sent = [
+        {"type": "http.response.start", "status": 200, "headers": [NDJSON], "trailers": True},
+        {"type": "http.response.body", "body": b"{}\n"},
+        {"type": "http.response.trailers", "headers": [(b"x-sum", b"1")], "more_trailers": False},
+        {"type": "http.response.body", "body": b"late"},
+    ]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        for message in sent:
+            await send(message)
+
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/generate"])
+    client = Client()
+    await middleware(scope(), client.receive, client.send)
+    assert [m["type"] for m in client.messages] == [m["type"] for m in sent]
+    assert client.messages[2]["headers"] == [(b"x-sum", b"1")]
+    assert await middleware.cache.store.count() == 0  # trailers are not stored
+
+
+async def test_alone_the_app_is_paced_by_its_clients_send() -> None:
+    progress: list[str] = []
+    release = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [NDJSON]})
+        await send({"type": "http.response.body", "body": b"1", "more_body": True})
+        progress.append("second chunk")
+        await send({"type": "http.response.body", "body": b"2"})
+
+    class SlowClient(Client):
+        async def send(self, message: Message) -> None:
+            if message["type"] == "http.response.body":
+                await release.wait()
+            await super().send(message)
+
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/generate"])
+    client = SlowClient()
+    task = asyncio.create_task(middleware(scope(), client.receive, client.send))
+    await wait_until(lambda: len(client.messages) == 1, "the client has its start")
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert progress == []  # the first chunk is not taken yet: the app waits, as on a server
+    release.set()
+    await task
+    assert client.body == b"12"
+
+
+async def test_a_chunk_the_app_reuses_is_copied() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        buffer = bytearray(b"one")
+        await send({"type": "http.response.start", "status": 200, "headers": [NDJSON]})
+        await send({"type": "http.response.body", "body": memoryview(buffer), "more_body": True})
+        buffer[:] = b"two"
+        await send({"type": "http.response.body", "body": memoryview(buffer)})
+
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/generate"])
+    await middleware(scope(), Client().receive, Client().send)
+    hit = await call(middleware, path="/generate", body=b'{"prompt": "hi"}')
+    assert (hit.cache, hit.body) == ("hit", b"onetwo")
