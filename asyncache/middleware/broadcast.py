@@ -186,6 +186,11 @@ class Broadcast:
         if final(message, self.trailers):
             self.complete = True
         self._wake()
+        # Only the body is paced. The app goes straight on from its start message (or
+        # an extension's), so what it sends next without waiting reaches the client in
+        # the same step, as from a bare app (Starlette's TestClient reads the debug
+        # extension right after the start arrives).
+        paced = message["type"] == "http.response.body"
         while True:
             total = self.base + len(self.messages)
             anyone = False
@@ -198,6 +203,8 @@ class Broadcast:
                 if self.keep or self.complete:
                     return
                 raise OSError("no client reads the response any more")
+            if not paced:
+                return
             if self.followed:
                 if self.keep or lowest >= total - 1:
                     return

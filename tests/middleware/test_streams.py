@@ -369,3 +369,29 @@ async def test_a_chunk_the_app_reuses_is_copied() -> None:
     await middleware(scope(), Client().receive, Client().send)
     hit = await call(middleware, path="/generate", body=b'{"prompt": "hi"}')
     assert (hit.cache, hit.body) == ("hit", b"onetwo")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_extension_sent_right_after_the_start_reaches_the_client_in_its_step(
+    backend: str,
+) -> None:
+    """Starlette's TestClient reads the debug extension as soon as the start arrives: a
+    bare app's next message is there by then, and so must the middleware's be (it was
+    missing in about half of these runs while the start message was paced)."""
+    from starlette.testclient import TestClient
+
+    from asyncache import DecisionCache
+    from asyncache.middleware import DecisionCacheMiddleware
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.debug", "info": {"template": "index.html"}})
+        await send({"type": "http.response.body", "body": b"hello"})
+
+    missing = 0
+    for n in range(40):
+        middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=None)
+        response = TestClient(middleware, backend=backend).get(f"/{n}")
+        assert response.text == "hello"
+        missing += "http.response.debug" not in response.extensions
+    assert missing == 0
