@@ -390,7 +390,9 @@ def test_an_extension_sent_right_after_the_start_reaches_the_client_in_its_step(
 
     missing = 0
     for n in range(40):
-        middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=None)
+        middleware = DecisionCacheMiddleware(
+            app, cache=DecisionCache(), routes=None, methods=("GET",)
+        )
         response = TestClient(middleware, backend=backend).get(f"/{n}")
         assert response.text == "hello"
         missing += "http.response.debug" not in response.extensions
