@@ -8,7 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -86,3 +86,14 @@ def import_error_without(missing: str, module: str) -> str:
 def key(n: int) -> bytes:
     """The n-th 16-byte test key, the size the engine's keys have."""
     return n.to_bytes(16, "big")
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> bool:
+    """Poll an async check until it holds; bounded, so a broken feature fails, not hangs."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.02)
+    return False

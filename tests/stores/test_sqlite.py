@@ -9,7 +9,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from asyncache.adapters.sqlite import SCHEMA_VERSION, SQLiteStore
 from asyncache.errors import ConfigurationError, SchemaVersionError, StoreError
 from asyncache.stores import Entry, LeaseStore, open_store
 
-from ..support import key
+from ..support import eventually, key
 
 HOUR = 3600.0
 
@@ -403,7 +403,7 @@ async def test_bounds_are_kept_in_the_background(path: Path) -> None:
     async with SQLiteStore(path, max_entries=10, prune_interval=HOUR) as opened:
         for n in range(50):
             await opened.add(key(n), b"v", time.time() + HOUR + n)
-        assert await _eventually(lambda: _count_is(opened, 10))
+        assert await eventually(lambda: _count_is(opened, 10))
         assert await _present(opened, range(40, 50)) == list(range(40, 50))
 
 
@@ -411,7 +411,7 @@ async def test_expired_entries_are_pruned_in_the_background(path: Path) -> None:
     async with SQLiteStore(path, prune_interval=0.05) as opened:
         await opened.add_many([(key(n), b"brief", time.time() + 0.05) for n in range(5)])
         await opened.add(key(100), b"live", None)
-        assert await _eventually(lambda: _count_is(opened, 1))
+        assert await eventually(lambda: _count_is(opened, 1))
         assert opened.stats()["pruned"] >= 5
         assert await opened.get(key(100)) == Entry(b"live", None)
 
@@ -672,14 +672,3 @@ async def _count_is(store: SQLiteStore, n: int) -> bool:
 async def _count_in(path: Path) -> int:
     async with SQLiteStore(path) as reopened:
         return await reopened.count()
-
-
-async def _eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> bool:
-    """Poll an async check until it holds; bounded, so a broken feature fails, not hangs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.02)
-    return False

@@ -14,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ import pytest
 from asyncache.adapters.sqlite import SQLiteStore
 from asyncache.stores import Entry
 
-from ..support import key
+from ..support import eventually, key
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_LIMIT = 30.0  # seconds a child may take; a hung exit takes forever
@@ -212,7 +211,7 @@ async def test_a_deleted_file_is_noticed_and_the_path_opened_again(tmp_path: Pat
             return await store.get(bytes(16)) == Entry(b"B", None)
 
         # Reads notice within a bounded wait, and go to the new file.
-        assert await _eventually(reads_b), await store.get(bytes(16))
+        assert await eventually(reads_b), await store.get(bytes(16))
         assert (await store.add(bytes(16), b"A", None)).value == b"B"
         await store.add(key(2), b"after", None)
         assert await asyncio.to_thread(_read_elsewhere, path, key(2)) == "after"
@@ -245,14 +244,3 @@ async def test_a_deleted_file_nobody_replaced_is_created_again(tmp_path: Path) -
         assert path.exists()
         assert await store.get(key(1)) is None
         assert await asyncio.to_thread(_read_elsewhere, path, key(2)) == "kept"
-
-
-async def _eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> bool:
-    """Poll an async check until it holds; bounded, so a broken feature fails, not hangs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.05)
-    return False
