@@ -8,6 +8,8 @@ thread or another), as a script or a test suite with a loop per test would.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
@@ -201,6 +203,35 @@ def test_a_tier_over_redis_serves_every_loop(redis_url: str, redis_prefix: str) 
     finally:
         asyncio.run(tier.aclose())
         sweep(redis_url, redis_prefix)
+
+
+# A loop that ends while its tier is still subscribing: asyncio.run cancels the
+# listener once, redis-py 8.1 can swallow that cancellation inside SUBSCRIBE, and
+# the listener went on forever, so asyncio.run (and the process) never returned.
+# It took a handful of rounds to hit; forty make it near certain.
+ROUNDS_SCRIPT = """
+import asyncio, sys
+from asyncache.stores import open_store
+for i in range(40):
+    tier = open_store(f"tiered+{sys.argv[1]}?prefix={sys.argv[2]}{i}:")
+    asyncio.run(tier.get(b"k" * 32))
+print("ended")
+"""
+
+
+def test_loops_that_end_while_their_tier_subscribes_each_return(
+    redis_url: str, redis_prefix: str
+) -> None:
+    try:
+        ended = subprocess.run(
+            [sys.executable, "-c", ROUNDS_SCRIPT, redis_url, redis_prefix],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"an asyncio.run did not return: {exc.stdout!r}")
+    assert ended.stdout.strip() == "ended", ended.stderr
 
 
 # -- a store shared by tests, each with a loop of its own (pytest-asyncio's default)

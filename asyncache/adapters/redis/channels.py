@@ -135,9 +135,22 @@ class Listener:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def _listening(self) -> bool:
+        """Whether to go on; raises CancelledError for a cancellation redis-py swallowed.
+
+        redis-py 8.1 can swallow a cancellation that lands inside SUBSCRIBE. The
+        task still counts it (``cancelling()``), so honour it here: otherwise the
+        single cancel that ``asyncio.run`` sends at its end is lost and the
+        process never exits.
+        """
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        return not self.closed
+
     async def _listen(self) -> None:
         delay = _FIRST_DELAY
-        while not self.closed:
+        while self._listening():
             pubsub: PubSub | None = None
             confirmed = False
             try:
@@ -155,7 +168,7 @@ class Listener:
                 if pubsub is not None:
                     with contextlib.suppress(RedisError, OSError):
                         await pubsub.aclose()  # type: ignore[no-untyped-call]
-            if confirmed:
+            if confirmed and self._listening():
                 await self.on_gap()
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_DELAY)
@@ -163,7 +176,7 @@ class Listener:
     async def _confirmed(self, pubsub: PubSub) -> None:
         """Wait until the server confirms every channel (messages after that are heard)."""
         waiting = set(self.handlers)
-        while waiting and not self.closed:
+        while waiting and self._listening():
             message = await pubsub.get_message(timeout=30.0)
             if message is None:
                 continue
@@ -173,7 +186,7 @@ class Listener:
                 await self._dispatch(message)
 
     async def _relay(self, pubsub: PubSub) -> None:
-        while not self.closed:
+        while self._listening():
             # A bounded wait, not timeout=None: older redis-py applies
             # socket_timeout to a blocking read and would drop the subscription.
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=30.0)
