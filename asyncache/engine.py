@@ -115,13 +115,17 @@ class Engine(StoreSide):
 
     # -- the hit path --------------------------------------------------------
 
-    def hit_now(self, key: bytes) -> Any:
+    def hit_now(self, key: bytes, made: Callable[[Any], Any] | None = None) -> Any:
         """The decoded decision under ``key`` if the store holds it in memory, else ``MISS``.
 
-        The hit path without a coroutine, for the decorator's wrapper: only the
-        store's synchronous ``peek`` is read. Anything it cannot settle (no
-        entry, no ``peek``, a corrupt entry, a disabled cache, shadow mode,
-        audits) is ``MISS``, and ``get_or_compute`` then handles it in full.
+        The hit path without a coroutine, for the decorator's wrapper and the
+        middleware: only the store's synchronous ``peek`` is read. Anything it
+        cannot settle (no entry, no ``peek``, a corrupt entry, a disabled
+        cache, shadow mode, audits) is ``MISS``, and ``get_or_compute`` then
+        handles it in full.
+
+        ``made``: the caller gets ``made(decision)`` instead, kept for the next
+        hits (recent.py); when it raises, the answer is ``MISS``.
         """
         peek = self._peek
         if peek is None or not self.enabled or self.shadow or self.sampler is not None:
@@ -130,7 +134,7 @@ class Engine(StoreSide):
         if entry is None:
             return MISS
         value = entry.value
-        known = self.recent.get(key, value)
+        known = self.recent.get(key, value, made)
         if known is not None:
             result, saved, ttl = known  # decoded before from these very bytes (recent.py)
         else:
@@ -145,10 +149,12 @@ class Engine(StoreSide):
                 result = envelope["v"]
                 saved = envelope["d"] or 0.0
                 ttl = envelope["t"]
+                if made is not None:
+                    result = made(result)
             except Exception:
                 return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
-            if small:
-                result = self.recent.keep(key, value, result, saved, ttl)
+            if small or made is not None:
+                result = self.recent.keep(key, value, result, saved, ttl, made)
         stats = self.stats
         stats.hits += 1
         stats.compute_seconds_saved += saved

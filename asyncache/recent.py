@@ -34,6 +34,9 @@ KEY_BYTES = 256
 ENTRIES = 512
 """How many recent keys (and, apart, results) each remembers; the oldest goes first."""
 
+# What a caller's ``made`` makes is kept for entries stored in at most this many
+# bytes (signed or compressed ones too: the same bytes were checked once).
+MADE_BYTES = 16 * 1024
 # A function whose inputs encode large looks up one call in this many.
 PROBE_EVERY = 64
 _dumps = orjson.dumps
@@ -107,36 +110,49 @@ class RecentKeys:
 
 
 class RecentValues:
-    """Decoded results of recent hits, by key, each with the stored bytes it came from."""
+    """Decoded results of recent hits, by key, each with the stored bytes it came from.
+
+    A caller may ask for its results made ready (``made``: the middleware turns
+    a stored response into the messages it sends). What ``made`` returns must
+    never be changed by whoever gets it, so it is handed out as it is, and it
+    is only ever handed to a caller asking with that same ``made``.
+    """
 
     __slots__ = ("_known",)
 
     def __init__(self) -> None:
-        # key -> (stored bytes, result, copy or None (decode every time), compute seconds, ttl)
-        self._known: dict[bytes, tuple[bytes, Any, Callable[[Any], Any] | None, float, Any]] = {}
+        # key -> (stored bytes, result, copy or None (decode every time), compute seconds,
+        #         ttl, what made the result (None: decoded))
+        self._known: dict[
+            bytes, tuple[bytes, Any, Callable[[Any], Any] | None, float, Any, Any]
+        ] = {}
 
-    def get(self, key: bytes, value: bytes) -> tuple[Any, float, Any] | None:
+    def get(self, key: bytes, value: bytes, made: Any = None) -> tuple[Any, float, Any] | None:
         """A caller's own result, its compute seconds and ttl, if ``value`` was decoded here."""
         known = self._known.get(key)
-        if known is None or known[0] is not value or known[2] is None:
+        if known is None or known[0] is not value or known[2] is None or known[5] is not made:
             return None
         return known[2](known[1]), known[3], known[4]
 
-    def keep(self, key: bytes, value: bytes, result: Any, saved: float, ttl: Any) -> Any:
-        """Remember ``result`` decoded from ``value`` when it can be handed out again.
+    def keep(
+        self, key: bytes, value: bytes, result: Any, saved: float, ttl: Any, made: Any = None
+    ) -> Any:
+        """Remember ``result`` (from ``value``, by ``made``) when it can be handed out again.
 
         A result that cannot is remembered as such, so that it is not looked
         over again on every hit. Returns what the caller gets: ``result``
         itself, the copy kept being another.
         """
         known = self._known
+        if made is not None and len(value) > MADE_BYTES:
+            return result  # a bound on the memory what is made may hold
         seen = known.get(key)
-        if seen is not None and seen[0] is value:
+        if seen is not None and seen[0] is value and seen[5] is made:
             return result  # judged before: it must be decoded on every hit
-        copy = copier(result)
+        copy = _same if made is not None else copier(result)
         if len(known) >= ENTRIES and seen is None:
             del known[next(iter(known))]
-        known[key] = (value, None if copy is None else copy(result), copy, saved, ttl)
+        known[key] = (value, None if copy is None else copy(result), copy, saved, ttl, made)
         return result
 
     def clear(self) -> None:

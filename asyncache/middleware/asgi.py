@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..cache import DecisionCache
-from ..keys import KeyBuilder
+from ..engine import MISS
 from ..stats import RateLimitedLog
 from .exchange import Exchange, ExchangeSettings, OnHit
-from .request import BodyReplay, header_codes, read_body, read_head, request_inputs
-from .response import AdmitResponse
+from .request import BodyReplay, RequestKeys, header_codes, read_body, read_head
+from .response import AdmitResponse, ready, ready_for_head
 from .routes import Route, RouteTable
 from .stats import BYPASS_COUNTED, MiddlewareStats, middleware_stats
 from .status import StatusHeaders
@@ -121,9 +121,9 @@ class DecisionCacheMiddleware:
         self.max_body_bytes = max_body_bytes
         self.stats: MiddlewareStats = middleware_stats(cache)
         self._routes = RouteTable(routes if routes is not None else paths)
-        self._builders: dict[str, KeyBuilder] = {
-            name: cache.key_builder(name, fingerprint) for name in self._routes.names
-        }
+        self._keys = RequestKeys(
+            {name: cache.key_builder(name, fingerprint) for name in self._routes.names}
+        )
         self._methods = frozenset(method.upper() for method in methods)
         vary_names = [name.lower().encode("latin-1") for name in vary]
         self._vary_count = len(vary_names)
@@ -213,17 +213,21 @@ class DecisionCacheMiddleware:
                 return
             body, replay = read.body, read.replay
         try:
-            inputs = request_inputs(scope, head, body)
-            key = self._builders[route].key(inputs, principal)
+            key = self._keys.key(route, scope, head, body, principal)
         except Exception as exc:
             # Only a scope function's exotic return value gets here: the body is JSON or bytes.
             _log.warning("key", "asyncache: the request cannot be keyed (%s); bypassing", exc)
             await self._bypass(scope, BodyReplay(replay, receive), send, "unkeyable")
             return
         exchange = Exchange(
-            self._settings, scope, BodyReplay(replay, receive), send, key, inputs, body
+            self._settings, scope, BodyReplay(replay, receive), send, key, head, body
         )
-        await exchange.run()
+        # A hit on an entry in memory: answered now, from the replay made on its first hit.
+        value = cache.engine.hit_now(key, ready_for_head if scope["method"] == "HEAD" else ready)
+        if value is not MISS:
+            await exchange.answer(value)
+        else:
+            await exchange.run()
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         self._settings.count_bypass(reason)

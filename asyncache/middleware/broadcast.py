@@ -24,6 +24,15 @@ from .types import Message
 
 __all__ = ["Broadcast", "Reader", "final"]
 
+_PACED = frozenset(
+    {
+        "http.response.body",
+        "http.response.trailers",
+        "http.response.zerocopy",
+        "http.response.pathsend",
+    }
+)
+
 
 def final(message: Message, trailers: bool) -> bool:
     """Whether ``message`` is the last one of a response (``trailers``: its start declared them)."""
@@ -186,11 +195,12 @@ class Broadcast:
         if final(message, self.trailers):
             self.complete = True
         self._wake()
-        # Only the body is paced. The app goes straight on from its start message (or
-        # an extension's), so what it sends next without waiting reaches the client in
-        # the same step, as from a bare app (Starlette's TestClient reads the debug
+        # The body and what ends a response are paced: the app's send returns once its
+        # client has the message, as a server's does. Its start message (or an
+        # extension's) is not, so what it sends next without waiting reaches the client
+        # in the same step, as from a bare app (Starlette's TestClient reads the debug
         # extension right after the start arrives).
-        paced = message["type"] == "http.response.body"
+        paced = message["type"] in _PACED
         while True:
             total = self.base + len(self.messages)
             anyone = False

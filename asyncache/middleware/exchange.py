@@ -29,14 +29,14 @@ import inspect
 import logging
 from typing import Any
 
-from ..engine import MISS
 from ..errors import DecodeError
 from ..flight import error_for_caller
 from ..runtime import cancelled, is_cancellation, spawn, wait_for
 from ..stats import RateLimitedLog
 from .apprun import AppRunner
 from .broadcast import Broadcast, Reader, final
-from .response import InvalidEntry, replay_messages
+from .request import RequestHead, request_inputs
+from .response import InvalidEntry, Replay
 from .settings import ExchangeSettings, OnHit
 from .types import Receive, Scope, Send
 
@@ -57,12 +57,13 @@ class Exchange:
         receive: replays the body already read, then the server's ``receive``.
         send: the server's ``send``.
         key: the request's key.
-        inputs: the canonical request, for the ``ttl`` and ``admit`` hooks.
-        body: the request body, for an audit's run of the app.
+        head: what its headers say (for the canonical request, made on a miss only).
+        body: the request body (the same, and for an audit's run of the app).
     """
 
     __slots__ = (
         "body",
+        "head",
         "inputs",
         "joined",
         "key",
@@ -81,7 +82,7 @@ class Exchange:
         receive: Receive,
         send: Send,
         key: bytes,
-        inputs: list[Any],
+        head: RequestHead,
         body: bytes,
     ) -> None:
         self.settings = settings
@@ -89,20 +90,19 @@ class Exchange:
         self.receive = receive
         self.send = send
         self.key = key
-        self.inputs = inputs
+        self.head = head
         self.body = body
+        # The canonical request, for the ttl and admit hooks: only a miss needs it.
+        self.inputs: list[Any] = []
         self.source = "hit"
         self.runner: AppRunner | None = None
         self.joined = False
 
     async def run(self) -> None:
-        """Answer the request: a hit, a share of a run in progress, or a run of its own."""
+        """Answer a request ``hit_now`` did not: a hit, a share of a run, or a run of its own."""
         settings = self.settings
         engine = settings.engine
-        value = engine.hit_now(self.key)
-        if value is not MISS:
-            await self.answer(value)
-            return
+        self.inputs = request_inputs(self.scope, self.head, self.body)
         coalesce = engine.coalesce and not engine.shadow
         while True:
             broadcast = settings.live.get(self.key) if coalesce else None
@@ -122,9 +122,7 @@ class Exchange:
         settings = self.settings
         outcome = self.source
         try:
-            start, body = replay_messages(
-                value, settings.headers.for_outcome(outcome), head=self.scope["method"] == "HEAD"
-            )
+            replay = Replay.of(value, head=self.scope["method"] == "HEAD")
         except InvalidEntry as exc:
             _log.warning("entry", "asyncache: dropping an entry under a route: %s", exc)
             await settings.engine.discard_corrupt(self.key, DecodeError(str(exc)))
@@ -134,6 +132,7 @@ class Exchange:
             await self.bypass("on_hit")
             return
         settings.stats.outcomes[outcome] += 1
+        start, body = replay.messages(settings.headers.for_outcome(outcome))
         await self.send(start)
         await self.send(body)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from ..keys import KeyBuilder
 from .body import body_slot, sorted_query
 from .types import Message, Receive, Scope
 
@@ -19,6 +20,7 @@ __all__ = [
     "BodyRead",
     "BodyReplay",
     "RequestHead",
+    "RequestKeys",
     "directives",
     "header_codes",
     "read_body",
@@ -239,3 +241,68 @@ def request_inputs(scope: Scope, head: RequestHead, body: bytes) -> list[Any]:
         scope.get("scheme", "http"),
         host,
     ]
+
+
+class RequestKeys:
+    """The key of each request, with the keys of recent small requests remembered.
+
+    A key is made from the canonical request (``request_inputs``: the body
+    parsed and re-encoded, the query sorted) and hashed with BLAKE2b. For a
+    hot request that is the same work every time, so the key is remembered
+    by exactly what it is made of: the route, the scope's method, paths,
+    query, scheme and host (or server), the request's content type, vary
+    values and raw body, and the principal. Equal parts give equal inputs,
+    hence the same key; only a principal that is ``None`` or a ``str`` is
+    remembered (``1``, ``True`` and ``1.0`` are equal in a dict and key
+    differently).
+
+    Args:
+        builders: the key builder of each route.
+    """
+
+    __slots__ = ("_builders", "_known")
+
+    def __init__(self, builders: Mapping[str, KeyBuilder]) -> None:
+        self._builders = builders
+        self._known: dict[tuple[Any, ...], bytes] = {}
+
+    def key(
+        self, route: str, scope: Scope, head: RequestHead, body: bytes, principal: Any
+    ) -> bytes:
+        """The key of this request under ``route``.
+
+        Raises:
+            TypeError: the principal cannot be keyed.
+        """
+        if len(body) > REMEMBERED_BODY_BYTES or not (principal is None or type(principal) is str):
+            return self._builders[route].key(request_inputs(scope, head, body), principal)
+        parts = (
+            route,
+            scope["method"],
+            scope.get("root_path", ""),
+            scope["path"],
+            scope.get("query_string", b""),
+            scope.get("scheme", "http"),
+            head.host if head.host is not None else scope.get("server"),
+            head.content_type,
+            tuple(map(tuple, head.vary)),
+            body,
+            principal,
+        )
+        known = self._known
+        try:
+            key = known.get(parts)
+        except TypeError:  # a hand-built scope with a list where a server puts a tuple
+            return self._builders[route].key(request_inputs(scope, head, body), principal)
+        if key is None:
+            key = self._builders[route].key(request_inputs(scope, head, body), principal)
+            if len(known) >= REMEMBERED_REQUESTS:
+                del known[next(iter(known))]
+            known[parts] = key
+        return key
+
+
+REMEMBERED_BODY_BYTES = 1024
+"""Requests with bodies up to this size have their keys remembered."""
+REMEMBERED_REQUESTS = 512
+"""How many keys are remembered; the oldest goes first."""

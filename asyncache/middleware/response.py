@@ -42,9 +42,12 @@ __all__ = [
     "NEVER_STORED",
     "AdmitResponse",
     "InvalidEntry",
+    "Replay",
     "StoredResponse",
     "admitted",
     "invalid_reason",
+    "ready",
+    "ready_for_head",
     "refusal",
     "replay_messages",
     "shareable",
@@ -283,28 +286,80 @@ def invalid_reason(value: Any, *, head: bool) -> str | None:
 _NOT_STORED = frozenset([*(name.decode("latin-1") for name in HOP_BY_HOP), "content-length"])
 
 
+class Replay:
+    """A stored response, checked and ready to send: what each hit on its entry sends.
+
+    Made once per stored entry (``ready`` and ``ready_for_head``, which the
+    engine keeps beside the entry's bytes), so a hit on a hot entry neither
+    decodes nor checks it again. Never changed once made: each hit gets
+    messages of its own.
+
+    Attributes:
+        status: the HTTP status.
+        headers: the headers to send, ``Content-Length`` included.
+        body: the body.
+    """
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: tuple[tuple[bytes, bytes], ...], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @classmethod
+    def of(cls, value: Any, *, head: bool) -> Replay:
+        """The replay of a stored value.
+
+        A ``HEAD`` response keeps no body, so it cannot know its length: the
+        app's ``Content-Length`` is kept for those instead.
+
+        Raises:
+            InvalidEntry: ``value`` is not a valid stored response.
+        """
+        if type(value) is Replay:
+            return value
+        reason = invalid_reason(value, head=head)
+        if reason is not None:
+            raise InvalidEntry(reason)
+        status, stored_headers, text = value[0], value[1], value[2]
+        headers = [
+            (name.encode("latin-1"), field.encode("latin-1")) for name, field in stored_headers
+        ]
+        body = text.encode("latin-1")
+        # Where the app put its length; an entry stored before length_at existed gets one last.
+        length_at = value[3] if len(value) == 4 else len(headers)
+        if not head and status not in _NO_LENGTH and length_at >= 0:
+            headers.insert(length_at, (b"content-length", str(len(body)).encode()))
+        return cls(status, tuple(headers), body)
+
+    def messages(self, extra: Headers) -> tuple[Message, Message]:
+        """The two messages that answer a request, with ``extra`` headers last."""
+        start = {
+            "type": "http.response.start",
+            "status": self.status,
+            "headers": [*self.headers, *extra],
+        }
+        return start, {"type": "http.response.body", "body": self.body, "more_body": False}
+
+
+def ready(value: Any) -> Replay:
+    """The replay of a stored answer to any request but ``HEAD`` (``hit_now``'s ``made``)."""
+    return Replay.of(value, head=False)
+
+
+def ready_for_head(value: Any) -> Replay:
+    """The replay of a stored answer to a ``HEAD`` request (its key differs from a ``GET``'s)."""
+    return Replay.of(value, head=True)
+
+
 def replay_messages(value: Any, extra: Headers, *, head: bool) -> tuple[Message, Message]:
     """The two messages that answer a request from a stored value.
-
-    A ``HEAD`` response keeps no body, so it cannot know its length: the app's
-    ``Content-Length`` is kept for those instead.
 
     Raises:
         InvalidEntry: ``value`` is not a valid stored response.
     """
-    reason = invalid_reason(value, head=head)
-    if reason is not None:
-        raise InvalidEntry(reason)
-    status, stored_headers, text = value[0], value[1], value[2]
-    headers = [(name.encode("latin-1"), field.encode("latin-1")) for name, field in stored_headers]
-    body = text.encode("latin-1")
-    # Where the app put its length; an entry stored before length_at existed gets one last.
-    length_at = value[3] if len(value) == 4 else len(headers)
-    if not head and status not in _NO_LENGTH and length_at >= 0:
-        headers.insert(length_at, (b"content-length", str(len(body)).encode()))
-    headers += extra
-    start = {"type": "http.response.start", "status": status, "headers": headers}
-    return start, {"type": "http.response.body", "body": body, "more_body": False}
+    return Replay.of(value, head=head).messages(extra)
 
 
 async def admitted(hook: AdmitResponse, scope: Scope, response: StoredResponse) -> bool:

@@ -397,3 +397,46 @@ def test_an_extension_sent_right_after_the_start_reaches_the_client_in_its_step(
         assert response.text == "hello"
         missing += "http.response.debug" not in response.extensions
     assert missing == 0
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("last", ["body", "trailers"])
+def test_the_apps_send_returns_once_its_client_has_the_message(backend: str, last: str) -> None:
+    """A server's ``send`` returns once the message is on its way, and apps rely on it
+    (Starlette's test_closing_completed_trailers_waits_for_application sets an event
+    after sending its trailers and then reads them); the trailers were left unpaced."""
+    import anyio
+
+    from asyncache import DecisionCache
+    from asyncache.middleware import DecisionCacheMiddleware
+
+    received: list[str] = []
+    seen_after_send: list[list[str]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        trailers = last == "trailers"
+        await send({"type": "http.response.start", "status": 200, "trailers": trailers})
+        await send({"type": "http.response.body", "body": b"hello"})
+        seen_after_send.append(list(received))
+        if trailers:
+            await send({"type": "http.response.trailers", "headers": [(b"x-item", b"one")]})
+            seen_after_send.append(list(received))
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        received.append(message["type"])
+
+    async def main() -> None:
+        middleware = DecisionCacheMiddleware(
+            app, cache=DecisionCache(), routes=None, methods=("GET",)
+        )
+        scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": b""}
+        await middleware(scope, receive, send)
+
+    anyio.run(main, backend=backend)
+    start, body, trailers = "http.response.start", "http.response.body", "http.response.trailers"
+    assert seen_after_send[0] == [start, body]
+    if last == "trailers":
+        assert seen_after_send[1] == [start, body, trailers]
