@@ -24,7 +24,7 @@ from ..cache import DecisionCache
 from ..engine import MISS
 from ..stats import RateLimitedLog
 from .exchange import Exchange, ExchangeSettings, OnHit
-from .request import BodyReplay, RequestKeys, header_codes, read_body, read_head
+from .request import BodyReplay, RequestHeads, RequestKeys, read_body
 from .response import AdmitResponse, ready, ready_for_head
 from .routes import Route, RouteTable
 from .stats import BYPASS_COUNTED, MiddlewareStats, middleware_stats
@@ -126,12 +126,12 @@ class DecisionCacheMiddleware:
         )
         self._methods = frozenset(method.upper() for method in methods)
         vary_names = [name.lower().encode("latin-1") for name in vary]
-        self._vary_count = len(vary_names)
-        self._codes = header_codes(
+        self._heads = RequestHeads(
             vary_names, [name.lower().encode("latin-1") for name in credentials]
         )
         self._scope_fn = scope
         self._headers = StatusHeaders(status_header, cache_status)
+        self._hit_headers = self._headers.for_outcome("hit")
         self._settings = ExchangeSettings(
             app=app,
             engine=cache.engine,
@@ -165,21 +165,15 @@ class DecisionCacheMiddleware:
             scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "route"))
             await self.app(scope, receive, send)
             return
-        cache = self.cache
-        if not cache.enabled:
+        engine = self.cache.engine
+        if not engine.enabled:
             self.stats.outcomes["disabled"] += 1
-            cache.engine.stats.bypassed += 1
+            engine.stats.bypassed += 1
             await self.app(scope, receive, self._headers.tagged(send, "disabled"))
             return
-        head = read_head(scope.get("headers", ()), self._codes, self._vary_count)
-        if head.no_store:
-            await self._bypass(scope, receive, send, "no_store")
-            return
-        if head.encoded:
-            await self._bypass(scope, receive, send, "content_encoding")
-            return
-        if head.conditional:
-            await self._bypass(scope, receive, send, "conditional")
+        head = self._heads.read(scope.get("headers", ()))
+        if head.refusal is not None:
+            await self._bypass(scope, receive, send, head.refusal)
             return
         if head.content_length is not None and head.content_length > self.max_body_bytes:
             await self._bypass(scope, receive, send, "body_too_large")
@@ -219,13 +213,19 @@ class DecisionCacheMiddleware:
             _log.warning("key", "asyncache: the request cannot be keyed (%s); bypassing", exc)
             await self._bypass(scope, BodyReplay(replay, receive), send, "unkeyable")
             return
+        # A hit on an entry in memory: answered now, from the replay made on its first hit.
+        value = engine.hit_now(key, ready_for_head if scope["method"] == "HEAD" else ready)
+        if value is not MISS and self._settings.on_hit is None:
+            self.stats.outcomes["hit"] += 1
+            start, end = value.messages(self._hit_headers)
+            await send(start)
+            await send(end)
+            return
         exchange = Exchange(
             self._settings, scope, BodyReplay(replay, receive), send, key, head, body
         )
-        # A hit on an entry in memory: answered now, from the replay made on its first hit.
-        value = cache.engine.hit_now(key, ready_for_head if scope["method"] == "HEAD" else ready)
         if value is not MISS:
-            await exchange.answer(value)
+            await exchange.answer(value)  # on_hit decides
         else:
             await exchange.run()
 

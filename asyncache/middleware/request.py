@@ -20,6 +20,7 @@ __all__ = [
     "BodyRead",
     "BodyReplay",
     "RequestHead",
+    "RequestHeads",
     "RequestKeys",
     "directives",
     "header_codes",
@@ -68,6 +69,9 @@ class RequestHead:
         conditional: the request has a validator or a ``Range`` (``CONDITIONAL``).
         host: the first ``Host`` header, lowercased; ``None`` when absent.
         vary: for each ``vary`` header, the list of its values (empty when absent).
+        refusal: why the request bypasses the cache whatever else it holds
+            (``no_store``, ``content_encoding``, ``conditional``), or ``None``.
+        remembered: ``RequestHeads`` keeps this head for later requests.
     """
 
     __slots__ = (
@@ -78,6 +82,8 @@ class RequestHead:
         "encoded",
         "host",
         "no_store",
+        "refusal",
+        "remembered",
         "seen_length",
         "vary",
     )
@@ -91,6 +97,8 @@ class RequestHead:
         self.credentials = False
         self.conditional = False
         self.host: str | None = None
+        self.refusal: str | None = None
+        self.remembered = False
         self.vary: list[list[str]] = [[] for _ in range(vary_count)] if vary_count else []
 
 
@@ -148,7 +156,51 @@ def read_head(
         elif meaning == _HOST:
             if head.host is None:
                 head.host = value.decode("latin-1").lower()
+    if head.no_store:
+        head.refusal = "no_store"
+    elif head.encoded:
+        head.refusal = "content_encoding"
+    elif head.conditional:
+        head.refusal = "conditional"
     return head
+
+
+class RequestHeads:
+    """``read_head`` with the heads of recent requests remembered, by their exact headers.
+
+    A service's clients send the same few header lists again and again, so
+    each is read once. A head is never changed once read, so requests share
+    it. Header lists longer than ``REMEMBERED_HEADER_BYTES`` in all are read
+    every time: a bound on the memory this holds.
+
+    Args:
+        vary: the request headers in the key, lowercased.
+        credentials: the request headers that make a request private, lowercased.
+    """
+
+    __slots__ = ("_codes", "_known", "_vary_count")
+
+    def __init__(self, vary: list[bytes], credentials: list[bytes]) -> None:
+        self._codes = header_codes(vary, credentials)
+        self._vary_count = len(vary)
+        self._known: dict[tuple[tuple[bytes, bytes], ...], RequestHead] = {}
+
+    def read(self, headers: Iterable[tuple[bytes, bytes]]) -> RequestHead:
+        """What ``headers`` say (``read_head``)."""
+        try:
+            exact = tuple(headers)
+            head = self._known.get(exact)
+        except TypeError:  # a hand-built scope with lists for pairs
+            return read_head(headers, self._codes, self._vary_count)
+        if head is None:
+            head = read_head(exact, self._codes, self._vary_count)
+            if sum(len(name) + len(value) for name, value in exact) <= REMEMBERED_HEADER_BYTES:
+                known = self._known
+                if len(known) >= REMEMBERED_REQUESTS:
+                    del known[next(iter(known))]
+                known[exact] = head
+                head.remembered = True
+        return head
 
 
 class BodyRead(NamedTuple):
@@ -250,8 +302,9 @@ class RequestKeys:
     parsed and re-encoded, the query sorted) and hashed with BLAKE2b. For a
     hot request that is the same work every time, so the key is remembered
     by exactly what it is made of: the route, the scope's method, paths,
-    query, scheme and host (or server), the request's content type, vary
-    values and raw body, and the principal. Equal parts give equal inputs,
+    query and scheme, the request's head (``RequestHeads``: its exact
+    headers), the server when no ``Host`` names the site, the raw body and
+    the principal. Equal parts give equal inputs,
     hence the same key; only a principal that is ``None`` or a ``str`` is
     remembered (``1``, ``True`` and ``1.0`` are equal in a dict and key
     differently).
@@ -274,8 +327,14 @@ class RequestKeys:
         Raises:
             TypeError: the principal cannot be keyed.
         """
-        if len(body) > REMEMBERED_BODY_BYTES or not (principal is None or type(principal) is str):
+        if (
+            not head.remembered
+            or len(body) > REMEMBERED_BODY_BYTES
+            or not (principal is None or type(principal) is str)
+        ):
             return self._builders[route].key(request_inputs(scope, head, body), principal)
+        # The head stands for the headers it was read from (by identity: a head is
+        # never changed, and one that is remembered here stays alive).
         parts = (
             route,
             scope["method"],
@@ -283,9 +342,8 @@ class RequestKeys:
             scope["path"],
             scope.get("query_string", b""),
             scope.get("scheme", "http"),
-            head.host if head.host is not None else scope.get("server"),
-            head.content_type,
-            tuple(map(tuple, head.vary)),
+            head,
+            None if head.host is not None else scope.get("server"),
             body,
             principal,
         )
@@ -305,4 +363,6 @@ class RequestKeys:
 REMEMBERED_BODY_BYTES = 1024
 """Requests with bodies up to this size have their keys remembered."""
 REMEMBERED_REQUESTS = 512
-"""How many keys are remembered; the oldest goes first."""
+"""How many keys (and, apart, heads) are remembered; the oldest goes first."""
+REMEMBERED_HEADER_BYTES = 4096
+"""Heads of requests whose headers hold up to this many bytes are remembered."""

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.middleware.request import (
+    REMEMBERED_HEADER_BYTES,
     REMEMBERED_REQUESTS,
+    RequestHeads,
     RequestKeys,
-    header_codes,
-    read_head,
     request_inputs,
 )
 
@@ -54,8 +54,11 @@ def _scope_and_head(request: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     scope = make_scope(request["method"], request["path"], headers=headers, query=request["query"])
     scope["scheme"] = request["scheme"]
     scope["server"] = request["server"]
-    codes = header_codes([b"accept-language"], [b"authorization"])
-    return scope, read_head(scope["headers"], codes, 1)
+    return scope, HEADS.read(scope["headers"])
+
+
+# Heads as the middleware reads them: remembered, so that RequestKeys remembers keys.
+HEADS = RequestHeads([b"accept-language"], [b"authorization"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -66,6 +69,7 @@ def test_a_remembered_key_is_the_key_the_request_would_get(batch: list[dict[str,
     for request in [*batch, *batch]:  # the second pass answers from memory
         scope, head = _scope_and_head(request)
         body, principal = request["body"], request["principal"]
+        assert head.remembered
         expected = builder.key(request_inputs(scope, head, body), principal)
         assert keys.key("/predict", scope, head, body, principal) == expected
 
@@ -94,11 +98,29 @@ def test_principals_equal_in_a_dict_are_not_remembered_as_one() -> None:
 def test_memory_of_keys_is_bounded() -> None:
     builder = DecisionCache().key_builder("/predict", None)
     keys = RequestKeys({"/predict": builder})
-    codes = header_codes([], [])
+    heads = RequestHeads([], [])
     for n in range(REMEMBERED_REQUESTS * 3):
-        scope = make_scope(headers=[JSON])
-        keys.key("/predict", scope, read_head(scope["headers"], codes, 0), b"%d" % n, None)
+        scope = make_scope(headers=[JSON, (b"x-n", b"%d" % n)])
+        keys.key("/predict", scope, heads.read(scope["headers"]), b"%d" % n, None)
     assert len(keys._known) == REMEMBERED_REQUESTS
+    assert len(heads._known) == REMEMBERED_REQUESTS
+
+
+def test_a_head_is_read_once_for_its_exact_headers_and_large_ones_every_time() -> None:
+    heads = RequestHeads([], [b"authorization"])
+    plain = [JSON, (b"host", b"acme.example")]
+    assert heads.read(list(plain)) is heads.read(list(plain))
+    other = heads.read([JSON, (b"host", b"globex.example")])
+    assert other.host == "globex.example"
+    private = heads.read([*plain, (b"authorization", b"Bearer x")])
+    assert private.credentials and not heads.read(plain).credentials
+    conditional = heads.read([*plain, (b"if-none-match", b'"v1"')])
+    assert conditional.refusal == "conditional" and heads.read(plain).refusal is None
+    large = [JSON, (b"x-padding", b"x" * REMEMBERED_HEADER_BYTES)]
+    assert heads.read(large) is not heads.read(large)
+    assert not heads.read(large).remembered
+    as_lists = [[b"content-type", b"application/json"]]  # a hand-built scope
+    assert heads.read(as_lists).content_type == b"application/json"  # type: ignore[arg-type]
 
 
 async def test_a_client_that_changes_what_it_got_changes_no_later_hit() -> None:
