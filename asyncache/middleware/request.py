@@ -332,7 +332,7 @@ class RequestKeys:
             or len(body) > REMEMBERED_BODY_BYTES
             or not (principal is None or type(principal) is str)
         ):
-            return self._builders[route].key(request_inputs(scope, head, body), principal)
+            return self._build(route, scope, head, body, principal)
         # The head stands for the headers it was read from (by identity: a head is
         # never changed, and one that is remembered here stays alive).
         parts = (
@@ -351,13 +351,18 @@ class RequestKeys:
         try:
             key = known.get(parts)
         except TypeError:  # a hand-built scope with a list where a server puts a tuple
-            return self._builders[route].key(request_inputs(scope, head, body), principal)
+            return self._build(route, scope, head, body, principal)
         if key is None:
-            key = self._builders[route].key(request_inputs(scope, head, body), principal)
+            key = self._build(route, scope, head, body, principal)
             if len(known) >= REMEMBERED_REQUESTS:
                 del known[next(iter(known))]
             known[parts] = key
         return key
+
+    def _build(
+        self, route: str, scope: Scope, head: RequestHead, body: bytes, principal: Any
+    ) -> bytes:
+        return self._builders[route].key(request_inputs(scope, head, body), principal)
 
 
 REMEMBERED_BODY_BYTES = 1024

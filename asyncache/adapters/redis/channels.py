@@ -135,8 +135,8 @@ class Listener:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _listening(self) -> bool:
-        """Whether to go on; raises CancelledError for a cancellation redis-py swallowed.
+    def _honour_cancellation(self) -> None:
+        """Raise CancelledError for a cancellation redis-py swallowed.
 
         redis-py 8.1 can swallow a cancellation that lands inside SUBSCRIBE. The
         task still counts it (``cancelling()``), so honour it here: otherwise the
@@ -146,6 +146,10 @@ class Listener:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise asyncio.CancelledError
+
+    def _listening(self) -> bool:
+        """Whether to go on listening (raising for a swallowed cancellation)."""
+        self._honour_cancellation()
         return not self.closed
 
     async def _listen(self) -> None:
@@ -168,7 +172,8 @@ class Listener:
                 if pubsub is not None:
                     with contextlib.suppress(RedisError, OSError):
                         await pubsub.aclose()  # type: ignore[no-untyped-call]
-            if confirmed and self._listening():
+            if confirmed:
+                self._honour_cancellation()
                 await self.on_gap()
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_DELAY)
