@@ -10,7 +10,7 @@ import pytest
 
 from asyncache import DecisionCache, MemoryStore, cached_prediction
 from asyncache.keys import KeyBuilder
-from asyncache.recent import KEY_BYTES, RecentKeys, copier
+from asyncache.recent import KEY_BYTES, MADE_BYTES, RecentKeys, RecentValues, copier
 
 
 class Color(enum.Enum):
@@ -106,3 +106,22 @@ async def test_a_replaced_entry_is_decoded_afresh() -> None:
     value = ["new"]
     assert await answer("q") == ["new"]
     assert await answer("q") == ["new"]
+
+
+def test_what_a_caller_made_is_handed_only_to_callers_asking_with_it() -> None:
+    def made(result: Any) -> tuple[str, Any]:
+        return ("made", result)
+
+    def other(result: Any) -> tuple[str, Any]:
+        return ("other", result)
+
+    recent = RecentValues()
+    stored = b"the stored bytes"
+    recent.keep(b"k", stored, made([1, 2]), 0.5, 60.0, made)
+    assert recent.get(b"k", stored, made) == (("made", [1, 2]), 0.5, 60.0)
+    assert recent.get(b"k", stored) is None  # a decoding caller never gets it
+    assert recent.get(b"k", stored, other) is None
+    assert recent.get(b"k", b"the stored bytes!"[:-1], made) is None  # other bytes, equal value
+    large = b"x" * (MADE_BYTES + 1)
+    recent.keep(b"big", large, made("v"), 0.0, None, made)
+    assert recent.get(b"big", large, made) is None  # past the bound: made on every hit
