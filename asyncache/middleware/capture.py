@@ -82,12 +82,14 @@ class ResponseCapture:
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
         broadcast = self._broadcast
+        # The run keeps messages of its own: an app may change a message it sent (reuse
+        # it for the next chunk), and what is stored and shared must be what it sent.
         if kind == "http.response.body":
             chunk = message.get("body", b"")
             if type(chunk) is not bytes:
                 # A memoryview or bytearray the app may reuse for its next chunk: copy it.
                 chunk = bytes(chunk)
-                message = {**message, "body": chunk}
+            message = {**message, "body": chunk}
             size = len(chunk)
             await broadcast.push(message, size)
             if self._storing:
@@ -96,7 +98,9 @@ class ResponseCapture:
                 elif not message.get("more_body", False):
                     await self._store()
             return
+        message = {**message}
         if kind == "http.response.start":
+            message["headers"] = [*message.get("headers", ())]
             reason = refusal(message, statuses=self._statuses, keyed=self._keyed, limit=self._limit)
             broadcast.decide(shared=shareable(reason))
             if reason is None:

@@ -218,9 +218,13 @@ class Exchange:
                     await broadcast.changed().wait()
                     continue
                 kind = message["type"]
-                if kind == "http.response.start" and extra:
-                    message = dict(message)
-                    message["headers"] = [*message.get("headers", ()), *extra]
+                # Each client gets a copy: a send that changes what it is given (a
+                # middleware in front, a server) must not change the stored answer
+                # nor what the other clients get.
+                if kind == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                else:
+                    message = {**message}
                 if reader.owner or kind in _RESPONSE or kind in extensions:
                     # The leader's client gets exactly what the app sent, in order, even
                     # what a server would refuse: that is the server's to reject.
