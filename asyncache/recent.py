@@ -43,7 +43,8 @@ _dumps = orjson.dumps
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def _same(value: Any) -> Any:
+def same(value: Any) -> Any:
+    """How a result that may be handed out as it is gets copied: it is not."""
     return value
 
 
@@ -51,7 +52,7 @@ def copier(result: Any) -> Callable[[Any], Any] | None:
     """How to hand ``result`` to one more caller, or ``None`` when only decoding will do."""
     kind = type(result)
     if kind in _SCALARS:
-        return _same
+        return same
     if kind is list and all(type(item) in _SCALARS for item in result):
         return list.copy
     if kind is dict and all(type(item) in _SCALARS for item in result.values()):
@@ -116,23 +117,31 @@ class RecentValues:
     a stored response into the messages it sends). What ``made`` returns must
     never be changed by whoever gets it, so it is handed out as it is, and it
     is only ever handed to a caller asking with that same ``made``.
+
+    Attributes:
+        records: key -> (stored bytes, result, copy or ``None`` (decode every
+            time), compute seconds, ttl, what made the result (``None``:
+            decoded)). Read by the engine's hit path; written only here.
     """
 
-    __slots__ = ("_known",)
+    __slots__ = ("records",)
 
     def __init__(self) -> None:
-        # key -> (stored bytes, result, copy or None (decode every time), compute seconds,
-        #         ttl, what made the result (None: decoded))
-        self._known: dict[
+        self.records: dict[
             bytes, tuple[bytes, Any, Callable[[Any], Any] | None, float, Any, Any]
         ] = {}
 
     def get(self, key: bytes, value: bytes, made: Any = None) -> tuple[Any, float, Any] | None:
         """A caller's own result, its compute seconds and ttl, if ``value`` was decoded here."""
-        known = self._known.get(key)
-        if known is None or known[0] is not value or known[2] is None or known[5] is not made:
+        known = self.records.get(key)
+        if known is None or known[0] is not value or known[5] is not made:
             return None
-        return known[2](known[1]), known[3], known[4]
+        copy = known[2]
+        if copy is same:  # the hot case (what was made, or a scalar): no call to make
+            return known[1], known[3], known[4]
+        if copy is None:
+            return None
+        return copy(known[1]), known[3], known[4]
 
     def keep(
         self, key: bytes, value: bytes, result: Any, saved: float, ttl: Any, made: Any = None
@@ -143,13 +152,13 @@ class RecentValues:
         over again on every hit. Returns what the caller gets: ``result``
         itself, the copy kept being another.
         """
-        known = self._known
+        known = self.records
         if made is not None and len(value) > MADE_BYTES:
             return result  # a bound on the memory what is made may hold
         seen = known.get(key)
         if seen is not None and seen[0] is value and seen[5] is made:
             return result  # judged before: it must be decoded on every hit
-        copy = _same if made is not None else copier(result)
+        copy = same if made is not None else copier(result)
         if len(known) >= ENTRIES and seen is None:
             del known[next(iter(known))]
         known[key] = (value, None if copy is None else copy(result), copy, saved, ttl, made)
@@ -157,4 +166,4 @@ class RecentValues:
 
     def clear(self) -> None:
         """Forget every result (the engine was pointed at another store)."""
-        self._known.clear()
+        self.records.clear()

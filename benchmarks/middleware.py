@@ -14,9 +14,10 @@ client in another process, which is then the bottleneck). Every request of the
 cached app is a hit: one warm-up request stores the answer first.
 
 Part 2 also serves a constant response (a raw ASGI app that reads the request
-and answers a fixed body: the fastest any in-process cache could answer), over
-uvicorn and over granian (when installed), and compares the cached app's hit
-throughput with it on the same server.
+and answers, byte for byte, what a hit answers: the fastest any in-process
+cache could answer), over uvicorn and over granian (when installed), and
+compares the cached app's hit throughput with it on the same server. Every
+server is up for the whole part and the rounds drive them in turn.
 
 Targets: in-process hit <= 0.6x the bare Starlette route and <= 0.15x a
 fastapi-cache2 hit; real-server hit throughput >= 1.3x the bare app, and
@@ -33,6 +34,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,14 +137,18 @@ def constant_app() -> ASGIApp:
     """The limit: a raw ASGI app that reads the request and answers one constant response.
 
     No routing, no parsing, no cache: the fastest any in-process cache could
-    answer over the same server. It still reads the body, as a cache must.
+    answer over the same server. It still reads the body, as a cache must,
+    and it sends the very bytes a hit sends (its headers, in its order, with
+    ``X-Cache: hit``), so that the server and the client do the same work
+    for both and the ratio measures only the finding of the answer.
     """
     start = {
         "type": "http.response.start",
         "status": 200,
         "headers": [
-            (b"content-type", b"application/json"),
             (b"content-length", str(len(CONSTANT_BODY)).encode()),
+            (b"content-type", b"application/json"),
+            (b"x-cache", b"hit"),
         ],
     }
     body = {"type": "http.response.body", "body": CONSTANT_BODY}
@@ -289,15 +295,22 @@ def request_bytes() -> bytes:
     return head.encode() + BODY
 
 
-def probe(port: int) -> tuple[int, str | None]:
+def answer(port: int) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The status, headers (without ``date``) and body a server answers the benchmark's request."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         connection.request("POST", "/predict", BODY, {"Content-Type": "application/json"})
         response = connection.getresponse()
-        response.read()
-        return response.status, response.getheader("x-cache")
+        body = response.read()
+        headers = [(name.lower(), value) for name, value in response.getheaders()]
+        return response.status, [item for item in headers if item[0] != "date"], body
     finally:
         connection.close()
+
+
+def probe(port: int) -> tuple[int, str | None]:
+    status, headers, _ = answer(port)
+    return status, dict(headers).get("x-cache")
 
 
 @contextlib.contextmanager
@@ -395,25 +408,46 @@ def asyncio_client(port: int, seconds: int, connections: int) -> float:
     return asyncio.run(main())
 
 
-def real_server(seconds: int, rounds: int, connections: int) -> tuple[dict[str, float], str]:
-    """Best requests/s per app over ``rounds`` interleaved rounds ("app@granian": on granian)."""
+def real_server(
+    seconds: int, rounds: int, connections: int
+) -> tuple[dict[str, float], dict[str, float], str]:
+    """Requests/s per app ("app@granian": on granian), over ``rounds`` interleaved rounds.
+
+    Every server runs from the start to the end, idle but for its turn, and
+    each round drives each of them in turn: a slow spell of this shared
+    machine then falls on neighbouring runs alike. Returns the best run of
+    each app, and the median over rounds of each app's run divided by its
+    server's constant response in the same round (the paired ratio, which a
+    slow spell moves least).
+    """
     kinds = ["constant", "starlette", "starlette+asyncache", "fastapi", "fastapi+asyncache"]
     if importlib.util.find_spec("granian") is not None:
         kinds += ["constant@granian", "starlette+asyncache@granian"]
     use_wrk = shutil.which("wrk") is not None
     generator = f"wrk -t1 -c{connections}" if use_wrk else f"asyncio client, {connections} conns"
+    load = run_wrk if use_wrk else asyncio_client
     results: dict[str, list[float]] = {kind: [] for kind in kinds}
-    for _ in range(rounds):
+    with contextlib.ExitStack() as servers:
+        ports = {}
         for kind in kinds:
             app, _, software = kind.partition("@")
-            with server(app, software or "uvicorn") as port:
-                if "asyncache" in kind:
-                    status, outcome = probe(port)
-                    assert (status, outcome) == (200, "hit"), (status, outcome)
-                load = run_wrk if use_wrk else asyncio_client
-                load(port, 1, connections)  # warm-up
-                results[kind].append(load(port, seconds, connections))
-    return {kind: max(values) for kind, values in results.items()}, generator
+            ports[kind] = servers.enter_context(server(app, software or "uvicorn"))
+            if "asyncache" in kind:
+                status, outcome = probe(ports[kind])
+                assert (status, outcome) == (200, "hit"), (status, outcome)
+                limit = "constant" + kind[kind.index("@") :] if "@" in kind else "constant"
+                # The limit sends the very bytes a hit sends: only finding the answer differs.
+                assert answer(ports[kind]) == answer(ports[limit]), (kind, answer(ports[kind]))
+            load(ports[kind], 1, connections)  # warm-up
+        for _ in range(rounds):
+            for kind in kinds:
+                results[kind].append(load(ports[kind], seconds, connections))
+    paired = {}
+    for kind, values in results.items():
+        constant = results["constant" + (kind[kind.index("@") :] if "@" in kind else "")]
+        ratios = [value / base for value, base in zip(values, constant, strict=True)]
+        paired[kind] = statistics.median(ratios)
+    return {kind: max(values) for kind, values in results.items()}, paired, generator
 
 
 # -- the table ---------------------------------------------------------------
@@ -499,20 +533,24 @@ def main() -> None:
         f"({'met' if hit / fc2 <= 0.15 else 'NOT met'})"
     )
     if not args.no_server:
-        seconds, server_rounds = (3, 1) if args.quick else (4, 3)
+        seconds, server_rounds = (2, 2) if args.quick else (2, 10)
         http, loop = server_stack()
         print()
         load = os.getloadavg()[0]
-        throughput, generator = real_server(seconds, server_rounds, connections=32)
+        throughput, paired, generator = real_server(seconds, server_rounds, connections=32)
         described = (
             f"Real server: uvicorn ({http}, {loop}), 1 worker, loopback, {generator}, "
-            f"{seconds}s per run, best of {server_rounds} interleaved rounds "
-            f"(load average before: {load:.1f})"
+            f"{seconds}s per run, best of {server_rounds} interleaved rounds, every server "
+            f"up throughout; the median paired ratio is each round's run over the constant "
+            f"response's run in that round (load average before: {load:.1f})"
         )
         print(described)
         print()
-        print("| app | server | requests/s | vs its bare app | vs constant response |")
-        print("|---|---|---:|---:|---:|")
+        print(
+            "| app | server | requests/s | vs its bare app | vs constant response "
+            "| median paired ratio |"
+        )
+        print("|---|---|---:|---:|---:|---:|")
         rows = []
         for kind, rps in throughput.items():
             app, _, software = kind.partition("@")
@@ -524,7 +562,10 @@ def main() -> None:
             else:
                 label = f"{app} (every request a hit)" if "+" in app else f"{app} (bare)"
             versus = "-" if bare is None or software != "uvicorn" else f"{rps / bare:.2f}x"
-            print(f"| {label} | {software} | {rps:,.0f} | {versus} | {rps / limit:.2f}x |")
+            print(
+                f"| {label} | {software} | {rps:,.0f} | {versus} | {rps / limit:.2f}x "
+                f"| {paired[kind]:.2f}x |"
+            )
             rows.append(
                 {
                     "app": label,
@@ -532,6 +573,7 @@ def main() -> None:
                     "requests_per_s": round(rps),
                     "vs_bare_app": "-" if bare is None or versus == "-" else round(rps / bare, 3),
                     "vs_constant_response": round(rps / limit, 3),
+                    "median_paired_ratio": round(paired[kind], 3),
                 }
             )
         ratio = throughput["starlette+asyncache"] / throughput["starlette"]
@@ -549,10 +591,13 @@ def main() -> None:
             limit_ratio = (
                 throughput[f"starlette+asyncache{suffix}"] / throughput[f"constant{suffix}"]
             )
+            median = paired[f"starlette+asyncache{suffix}"]
             report[f"server_hit_vs_constant_{software}"] = round(limit_ratio, 3)
+            report[f"server_hit_vs_constant_{software}_median_paired"] = round(median, 3)
             print(
                 f"target: hit throughput over {software} >= 0.9x the constant response: "
-                f"{limit_ratio:.2f}x ({'met' if limit_ratio >= 0.9 else 'NOT met'})"
+                f"{limit_ratio:.2f}x best to best, {median:.2f}x median paired "
+                f"({'met' if limit_ratio >= 0.9 else 'NOT met'})"
             )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

@@ -125,3 +125,32 @@ def test_what_a_caller_made_is_handed_only_to_callers_asking_with_it() -> None:
     large = b"x" * (MADE_BYTES + 1)
     recent.keep(b"big", large, made("v"), 0.0, None, made)
     assert recent.get(b"big", large, made) is None  # past the bound: made on every hit
+
+
+async def test_the_engines_hit_hands_what_was_made_only_to_its_maker_for_the_same_bytes() -> None:
+    # Engine.hit_now reads RecentValues' records itself (the hot case, without a call).
+    cache = DecisionCache()
+    engine = cache.engine
+    key = b"k" * 32
+    await cache.store_result(key, [1, 2])
+
+    def made(result: Any) -> list[Any]:
+        return ["made", result]
+
+    def other(result: Any) -> list[Any]:
+        return ["other", result]
+
+    first = engine.hit_now(key, made)
+    assert first == ["made", [1, 2]] and engine.hit_now(key, made) is first
+    assert engine.hit_now(key, other) == ["other", [1, 2]]
+    assert engine.hit_now(key, made) is not first  # the other maker's replaced it: made anew
+    decoded = engine.hit_now(key)
+    assert decoded == [1, 2] and decoded is not engine.hit_now(key)  # a mutable list: copied
+    again = engine.hit_now(key, made)
+    await cache.store.delete(key)
+    await cache.store_result(key, [1, 2])  # equal value, other bytes
+    assert engine.hit_now(key, made) == again and engine.hit_now(key, made) is not again
+    await cache.store.delete(key)
+    await cache.store_result(key, [3])
+    assert engine.hit_now(key, made) == ["made", [3]]
+    assert engine.stats.hits == 10  # every call above was a hit

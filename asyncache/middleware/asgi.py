@@ -24,12 +24,12 @@ from ..cache import DecisionCache
 from ..engine import MISS
 from ..stats import RateLimitedLog
 from .exchange import Exchange, ExchangeSettings, OnHit
-from .request import BodyReplay, RequestHeads, RequestKeys, read_body
-from .response import AdmitResponse, ready, ready_for_head
+from .request import REMEMBERED_BODY_BYTES, BodyReplay, RequestHeads, RequestKeys, read_body
+from .response import AdmitResponse, replay_maker
 from .routes import Route, RouteTable
 from .stats import BYPASS_COUNTED, MiddlewareStats, middleware_stats
 from .status import StatusHeaders
-from .types import ASGIApp, Receive, Scope, Send
+from .types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["DecisionCacheMiddleware", "OnHit", "ScopeFunction"]
 
@@ -118,20 +118,27 @@ class DecisionCacheMiddleware:
             raise ValueError("max_body_bytes must not be negative")
         self.app = app
         self.cache = cache
+        self._engine = cache.engine  # made with the cache, never replaced
         self.max_body_bytes = max_body_bytes
         self.stats: MiddlewareStats = middleware_stats(cache)
         self._routes = RouteTable(routes if routes is not None else paths)
+        self._exact_routes = self._routes.exact
         self._keys = RequestKeys(
             {name: cache.key_builder(name, fingerprint) for name in self._routes.names}
         )
         self._methods = frozenset(method.upper() for method in methods)
         vary_names = [name.lower().encode("latin-1") for name in vary]
         self._heads = RequestHeads(
-            vary_names, [name.lower().encode("latin-1") for name in credentials]
+            vary_names, [name.lower().encode("latin-1") for name in credentials], max_body_bytes
         )
         self._scope_fn = scope
         self._headers = StatusHeaders(status_header, cache_status)
-        self._hit_headers = self._headers.for_outcome("hit")
+        hit_headers = self._headers.for_outcome("hit")
+        # What this middleware's hits make of a stored answer (hit_now's made): its
+        # replay, with this middleware's hit headers already joined to the stored ones.
+        self._ready = replay_maker(hit_headers, head=False)
+        self._ready_for_head = replay_maker(hit_headers, head=True)
+        self._on_hit = on_hit
         self._settings = ExchangeSettings(
             app=app,
             engine=cache.engine,
@@ -153,30 +160,37 @@ class DecisionCacheMiddleware:
             # Lifespan and websocket scopes pass through untouched.
             await self.app(scope, receive, send)
             return
-        if scope["method"] not in self._methods:
+        method = scope["method"]
+        if method not in self._methods:
             self.stats.bypassed("method")
             # The stats endpoint takes it back (every middleware in front that counted it).
             scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "method"))
             await self.app(scope, receive, send)
             return
-        route = self._routes.match(scope["path"])
+        path = scope["path"]
+        # An exact path is the common route: looked up here, saving match()'s call.
+        route = self._exact_routes.get(path) or self._routes.match(path)
         if route is None:
             self.stats.bypassed("route")
             scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "route"))
             await self.app(scope, receive, send)
             return
-        engine = self.cache.engine
+        engine = self._engine
         if not engine.enabled:
             self.stats.outcomes["disabled"] += 1
             engine.stats.bypassed += 1
             await self.app(scope, receive, self._headers.tagged(send, "disabled"))
             return
-        head = self._heads.read(scope.get("headers", ()))
-        if head.refusal is not None:
+        headers = scope.get("headers", ())
+        try:
+            # The heads memory, looked up here: the call to read() would cost as much.
+            head = self._heads.known.get(tuple(headers))
+        except TypeError:  # pairs as lists (a hand-built scope): read() reads them
+            head = None
+        if head is None:
+            head = self._heads.read(headers)
+        if head.refusal is not None:  # body_too_large (by its Content-Length) among them
             await self._bypass(scope, receive, send, head.refusal)
-            return
-        if head.content_length is not None and head.content_length > self.max_body_bytes:
-            await self._bypass(scope, receive, send, "body_too_large")
             return
         principal: Any = None
         if self._scope_fn is not None:
@@ -193,36 +207,62 @@ class DecisionCacheMiddleware:
             return
         message = await receive()
         body = message.get("body", b"")
+        replay: list[Message] | None = None  # None: [message], made only when the app runs
         if (
-            message["type"] == "http.request"
-            and not message.get("more_body", False)
-            and len(body) <= self.max_body_bytes
+            message["type"] != "http.request"
+            or message.get("more_body", False)
+            or len(body) > self.max_body_bytes
         ):
-            replay = [message]  # the whole body in one message: the common case
-        else:
             read = await read_body(receive, self.max_body_bytes, message)
             if read.body is None:
                 replay_receive = BodyReplay(read.replay, receive)
                 await self._bypass(scope, replay_receive, send, read.reason or "body_incomplete")
                 return
             body, replay = read.body, read.replay
+        key = None
+        if principal is None and head.remembered and len(body) <= REMEMBERED_BODY_BYTES:
+            try:
+                # The keys memory, by RequestKeys.key's parts, looked up here (as above).
+                key = self._keys.known.get(
+                    (
+                        route,
+                        method,
+                        scope["root_path"],
+                        path,
+                        scope["query_string"],
+                        scope["scheme"],
+                        head,
+                        None if head.host is not None else scope["server"],
+                        body,
+                        None,
+                    )
+                )
+            except (KeyError, TypeError):  # a hand-built scope: key() builds its key
+                pass
         try:
-            key = self._keys.key(route, scope, head, body, principal)
+            if key is None:
+                key = self._keys.key(route, scope, head, body, principal)
         except Exception as exc:
             # Only a scope function's exotic return value gets here: the body is JSON or bytes.
             _log.warning("key", "asyncache: the request cannot be keyed (%s); bypassing", exc)
-            await self._bypass(scope, BodyReplay(replay, receive), send, "unkeyable")
+            await self._bypass(scope, BodyReplay(replay or [message], receive), send, "unkeyable")
             return
         # A hit on an entry in memory: answered now, from the replay made on its first hit.
-        value = engine.hit_now(key, ready_for_head if scope["method"] == "HEAD" else ready)
-        if value is not MISS and self._settings.on_hit is None:
+        value = engine.hit_now(key, self._ready_for_head if method == "HEAD" else self._ready)
+        if value is not MISS and self._on_hit is None:
             self.stats.outcomes["hit"] += 1
-            start, end = value.messages(self._hit_headers)
-            await send(start)
-            await send(end)
+            # Fresh messages (what is in front may change them), from the replay's parts.
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": value.status,
+                    "headers": [*value.hit_headers],
+                }
+            )
+            await send({"type": "http.response.body", "body": value.body, "more_body": False})
             return
         exchange = Exchange(
-            self._settings, scope, BodyReplay(replay, receive), send, key, head, body
+            self._settings, scope, BodyReplay(replay or [message], receive), send, key, head, body
         )
         if value is not MISS:
             await exchange.answer(value)  # on_hit decides

@@ -70,7 +70,8 @@ class RequestHead:
         host: the first ``Host`` header, lowercased; ``None`` when absent.
         vary: for each ``vary`` header, the list of its values (empty when absent).
         refusal: why the request bypasses the cache whatever else it holds
-            (``no_store``, ``content_encoding``, ``conditional``), or ``None``.
+            (``no_store``, ``content_encoding``, ``conditional``; and
+            ``body_too_large`` from ``RequestHeads`` with a limit), or ``None``.
         remembered: ``RequestHeads`` keeps this head for later requests.
     """
 
@@ -176,30 +177,47 @@ class RequestHeads:
     Args:
         vary: the request headers in the key, lowercased.
         credentials: the request headers that make a request private, lowercased.
+        max_body_bytes: a head whose ``Content-Length`` says more gets the
+            refusal ``body_too_large`` (when it has no other), so that the hit
+            path checks one refusal; ``None`` for no limit.
+
+    Attributes:
+        known: exact headers (a tuple) -> their head; the middleware's hit
+            path looks a request up here itself before calling ``read``.
     """
 
-    __slots__ = ("_codes", "_known", "_vary_count")
+    __slots__ = ("_codes", "_max_body_bytes", "_vary_count", "known")
 
-    def __init__(self, vary: list[bytes], credentials: list[bytes]) -> None:
+    def __init__(
+        self, vary: list[bytes], credentials: list[bytes], max_body_bytes: int | None = None
+    ) -> None:
         self._codes = header_codes(vary, credentials)
         self._vary_count = len(vary)
-        self._known: dict[tuple[tuple[bytes, bytes], ...], RequestHead] = {}
+        self._max_body_bytes = max_body_bytes
+        self.known: dict[tuple[tuple[bytes, bytes], ...], RequestHead] = {}
 
     def read(self, headers: Iterable[tuple[bytes, bytes]]) -> RequestHead:
         """What ``headers`` say (``read_head``)."""
         try:
             exact = tuple(headers)
-            head = self._known.get(exact)
+            head = self.known.get(exact)
         except TypeError:  # a hand-built scope with lists for pairs
-            return read_head(headers, self._codes, self._vary_count)
+            return self._read(headers)
         if head is None:
-            head = read_head(exact, self._codes, self._vary_count)
+            head = self._read(exact)
             if sum(len(name) + len(value) for name, value in exact) <= REMEMBERED_HEADER_BYTES:
-                known = self._known
+                known = self.known
                 if len(known) >= REMEMBERED_REQUESTS:
                     del known[next(iter(known))]
                 known[exact] = head
                 head.remembered = True
+        return head
+
+    def _read(self, headers: Iterable[tuple[bytes, bytes]]) -> RequestHead:
+        head = read_head(headers, self._codes, self._vary_count)
+        limit = self._max_body_bytes
+        if head.refusal is None and limit is not None and (head.content_length or 0) > limit:
+            head.refusal = "body_too_large"
         return head
 
 
@@ -311,13 +329,18 @@ class RequestKeys:
 
     Args:
         builders: the key builder of each route.
+
+    Attributes:
+        known: the parts a key is remembered by (``key`` lists them) -> the
+            key; the middleware's hit path looks an unscoped request up here
+            itself before calling ``key``.
     """
 
-    __slots__ = ("_builders", "_known")
+    __slots__ = ("_builders", "known")
 
     def __init__(self, builders: Mapping[str, KeyBuilder]) -> None:
         self._builders = builders
-        self._known: dict[tuple[Any, ...], bytes] = {}
+        self.known: dict[tuple[Any, ...], bytes] = {}
 
     def key(
         self, route: str, scope: Scope, head: RequestHead, body: bytes, principal: Any
@@ -335,22 +358,23 @@ class RequestKeys:
             return self._build(route, scope, head, body, principal)
         # The head stands for the headers it was read from (by identity: a head is
         # never changed, and one that is remembered here stays alive).
-        parts = (
-            route,
-            scope["method"],
-            scope.get("root_path", ""),
-            scope["path"],
-            scope.get("query_string", b""),
-            scope.get("scheme", "http"),
-            head,
-            None if head.host is not None else scope.get("server"),
-            body,
-            principal,
-        )
-        known = self._known
+        known = self.known
         try:
+            # What a server always puts in a scope, read without defaults (faster).
+            parts = (
+                route,
+                scope["method"],
+                scope["root_path"],
+                scope["path"],
+                scope["query_string"],
+                scope["scheme"],
+                head,
+                None if head.host is not None else scope["server"],
+                body,
+                principal,
+            )
             key = known.get(parts)
-        except TypeError:  # a hand-built scope with a list where a server puts a tuple
+        except (KeyError, TypeError):  # a hand-built scope: without a part, or with a list
             return self._build(route, scope, head, body, principal)
         if key is None:
             key = self._build(route, scope, head, body, principal)

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from ..stats import RateLimitedLog
-from .types import Headers, Message, Scope
+from .types import FixedHeaders, Headers, Message, Scope
 
 __all__ = [
     "HOP_BY_HOP",
@@ -46,9 +46,8 @@ __all__ = [
     "StoredResponse",
     "admitted",
     "invalid_reason",
-    "ready",
-    "ready_for_head",
     "refusal",
+    "replay_maker",
     "replay_messages",
     "shareable",
     "to_value",
@@ -289,7 +288,7 @@ _NOT_STORED = frozenset([*(name.decode("latin-1") for name in HOP_BY_HOP), "cont
 class Replay:
     """A stored response, checked and ready to send: what each hit on its entry sends.
 
-    Made once per stored entry (``ready`` and ``ready_for_head``, which the
+    Made once per stored entry (by a ``replay_maker``'s function, which the
     engine keeps beside the entry's bytes), so a hit on a hot entry neither
     decodes nor checks it again. Never changed once made: each hit gets
     messages of its own.
@@ -298,18 +297,23 @@ class Replay:
         status: the HTTP status.
         headers: the headers to send, ``Content-Length`` included.
         body: the body.
+        hit_headers: ``headers`` with the hit headers of the middleware that
+            made it last: what its hits send, joined once.
     """
 
-    __slots__ = ("body", "headers", "status")
+    __slots__ = ("body", "headers", "hit_headers", "status")
 
-    def __init__(self, status: int, headers: tuple[tuple[bytes, bytes], ...], body: bytes) -> None:
+    def __init__(
+        self, status: int, headers: FixedHeaders, body: bytes, hit_headers: FixedHeaders = ()
+    ) -> None:
         self.status = status
         self.headers = headers
         self.body = body
+        self.hit_headers = (*headers, *hit_headers)
 
     @classmethod
-    def of(cls, value: Any, *, head: bool) -> Replay:
-        """The replay of a stored value.
+    def of(cls, value: Any, *, head: bool, hit_headers: FixedHeaders = ()) -> Replay:
+        """The replay of a stored value (a replay stays as it is).
 
         A ``HEAD`` response keeps no body, so it cannot know its length: the
         app's ``Content-Length`` is kept for those instead.
@@ -331,9 +335,9 @@ class Replay:
         length_at = value[3] if len(value) == 4 else len(headers)
         if not head and status not in _NO_LENGTH and length_at >= 0:
             headers.insert(length_at, (b"content-length", str(len(body)).encode()))
-        return cls(status, tuple(headers), body)
+        return cls(status, tuple(headers), body, hit_headers)
 
-    def messages(self, extra: Headers) -> tuple[Message, Message]:
+    def messages(self, extra: FixedHeaders) -> tuple[Message, Message]:
         """The two messages that answer a request, with ``extra`` headers last."""
         start = {
             "type": "http.response.start",
@@ -343,17 +347,21 @@ class Replay:
         return start, {"type": "http.response.body", "body": self.body, "more_body": False}
 
 
-def ready(value: Any) -> Replay:
-    """The replay of a stored answer to any request but ``HEAD`` (``hit_now``'s ``made``)."""
-    return Replay.of(value, head=False)
+def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Replay]:
+    """What a middleware's hits make of a stored answer: ``hit_now``'s ``made``.
+
+    One function per middleware and method kind (a ``HEAD``'s key differs
+    from a ``GET``'s), so that the engine hands each replay only to the
+    middleware whose hit headers it holds.
+    """
+
+    def ready(value: Any) -> Replay:
+        return Replay.of(value, head=head, hit_headers=hit_headers)
+
+    return ready
 
 
-def ready_for_head(value: Any) -> Replay:
-    """The replay of a stored answer to a ``HEAD`` request (its key differs from a ``GET``'s)."""
-    return Replay.of(value, head=True)
-
-
-def replay_messages(value: Any, extra: Headers, *, head: bool) -> tuple[Message, Message]:
+def replay_messages(value: Any, extra: FixedHeaders, *, head: bool) -> tuple[Message, Message]:
     """The two messages that answer a request from a stored value.
 
     Raises:

@@ -58,16 +58,21 @@ class RouteTable:
         routes: exact paths, templates or compiled patterns; ``None`` matches
             every path under the namespace ``"*"``.
 
+    Attributes:
+        exact: each exact path, to itself: what ``match`` looks up first (the
+            middleware's hit path looks it up itself, saving the call).
+        matches_all: no routes were given; every path is ``ANY_ROUTE``.
+
     Raises:
         ValueError: a route does not start with ``/`` or ``routes`` is empty.
         TypeError: a route is neither a string nor a compiled pattern.
     """
 
-    __slots__ = ("_exact", "_patterns", "matches_all")
+    __slots__ = ("_patterns", "exact", "matches_all")
 
     def __init__(self, routes: Iterable[Route] | None) -> None:
         self.matches_all = routes is None
-        self._exact: dict[str, str] = {}
+        self.exact: dict[str, str] = {}
         self._patterns: list[tuple[re.Pattern[str], str]] = []
         for route in routes or ():
             if isinstance(route, re.Pattern):
@@ -78,12 +83,12 @@ class RouteTable:
                 if "{" in route:
                     self._patterns.append((compile_template(route), route))
                 else:
-                    self._exact[route] = route
+                    self.exact[route] = route
             else:
                 raise TypeError(
                     f"a route is a path, a template or a re.Pattern, not {type(route).__name__}"
                 )
-        if not self.matches_all and not (self._exact or self._patterns):
+        if not self.matches_all and not (self.exact or self._patterns):
             raise ValueError("routes names no route; pass routes=None to cache every path")
 
     @property
@@ -91,13 +96,13 @@ class RouteTable:
         """Every route's name: its path, its template or its pattern's source."""
         if self.matches_all:
             return [ANY_ROUTE]
-        return [*self._exact, *(name for _, name in self._patterns)]
+        return [*self.exact, *(name for _, name in self._patterns)]
 
     def match(self, path: str) -> str | None:
         """The route ``path`` falls under, or ``None`` when it is not cached."""
         if self.matches_all:
             return ANY_ROUTE
-        route = self._exact.get(path)
+        route = self.exact.get(path)
         if route is not None:
             return route
         for pattern, name in self._patterns:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .types import Headers, Message, Send
+from .types import FixedHeaders, Message, Send
 
 __all__ = ["StatusHeaders", "TaggedSend"]
 
@@ -37,19 +37,19 @@ class StatusHeaders:
         self.names = frozenset(
             name for name in (self._status_name, b"cache-status") if name is not None
         )
-        self._memo: dict[str, Headers] = {}
+        self._memo: dict[str, FixedHeaders] = {}
 
-    def for_outcome(self, outcome: str, reason: str | None = None) -> Headers:
+    def for_outcome(self, outcome: str, reason: str | None = None) -> FixedHeaders:
         """The headers of one outcome (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``)."""
         memo = outcome if reason is None else f"{outcome}:{reason}"
         headers = self._memo.get(memo)
         if headers is None:
-            headers = []
+            built = []
             if self._status_name is not None:
-                headers.append((self._status_name, outcome.encode()))
+                built.append((self._status_name, outcome.encode()))
             if self._cache_name is not None:
-                headers.append((b"cache-status", _cache_status(self._cache_name, outcome, reason)))
-            self._memo[memo] = headers
+                built.append((b"cache-status", _cache_status(self._cache_name, outcome, reason)))
+            headers = self._memo[memo] = tuple(built)
         return headers
 
     def tagged(self, send: Send, outcome: str, reason: str | None = None) -> Send:
@@ -63,7 +63,7 @@ class TaggedSend:
 
     __slots__ = ("_extra", "_send")
 
-    def __init__(self, send: Send, extra: Headers) -> None:
+    def __init__(self, send: Send, extra: FixedHeaders) -> None:
         self._send = send
         self._extra = extra
 

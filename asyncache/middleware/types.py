@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, TypeAlias
 
-__all__ = ["ASGIApp", "Headers", "Message", "Receive", "Scope", "Send"]
+__all__ = ["ASGIApp", "FixedHeaders", "Headers", "Message", "Receive", "Scope", "Send"]
 
 Scope: TypeAlias = MutableMapping[str, Any]
 Message: TypeAlias = MutableMapping[str, Any]
@@ -17,3 +17,5 @@ Receive: TypeAlias = Callable[[], Awaitable[Message]]
 Send: TypeAlias = Callable[[Message], Awaitable[None]]
 ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers: TypeAlias = list[tuple[bytes, bytes]]
+FixedHeaders: TypeAlias = tuple[tuple[bytes, bytes], ...]
+"""Headers built once and shared by many responses: a tuple, so that none can change them."""
