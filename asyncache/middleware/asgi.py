@@ -24,7 +24,14 @@ from ..cache import DecisionCache
 from ..engine import MISS
 from ..stats import RateLimitedLog
 from .exchange import Exchange, ExchangeSettings, OnHit
-from .request import REMEMBERED_BODY_BYTES, BodyReplay, RequestHeads, RequestKeys, read_body
+from .request import (
+    REMEMBERED_BODY_BYTES,
+    BodyReplay,
+    RequestHeads,
+    RequestKeys,
+    read_body,
+    whole_body,
+)
 from .response import AdmitResponse, replay_maker
 from .routes import Route, RouteTable
 from .stats import BYPASS_COUNTED, MiddlewareStats, middleware_stats
@@ -207,13 +214,17 @@ class DecisionCacheMiddleware:
             return
         message = await receive()
         body = message.get("body", b"")
-        replay: list[Message] | None = None  # None: [message], made only when the app runs
-        if (
-            message["type"] != "http.request"
-            or message.get("more_body", False)
-            or len(body) > self.max_body_bytes
-        ):
-            read = await read_body(receive, self.max_body_bytes, message)
+        received: tuple[Message, ...] = ()  # read on, when the body is not whole here
+        if message["type"] != "http.request" or len(body) > self.max_body_bytes:
+            received = (message,)
+        elif message.get("more_body", False):
+            # The body whole, then an empty last message: how granian sends a small one.
+            last = await receive()
+            if last["type"] != "http.request" or last.get("more_body", False) or last.get("body"):
+                received = (message, last)
+        replay: list[Message] | None = None  # None: whole_body(), made only when the app runs
+        if received:
+            read = await read_body(receive, self.max_body_bytes, *received)
             if read.body is None:
                 replay_receive = BodyReplay(read.replay, receive)
                 await self._bypass(scope, replay_receive, send, read.reason or "body_incomplete")
@@ -245,7 +256,9 @@ class DecisionCacheMiddleware:
         except Exception as exc:
             # Only a scope function's exotic return value gets here: the body is JSON or bytes.
             _log.warning("key", "asyncache: the request cannot be keyed (%s); bypassing", exc)
-            await self._bypass(scope, BodyReplay(replay or [message], receive), send, "unkeyable")
+            await self._bypass(
+                scope, BodyReplay(replay or whole_body(message, body), receive), send, "unkeyable"
+            )
             return
         # A hit on an entry in memory: answered now, from the replay made on its first hit.
         value = engine.hit_now(key, self._ready_for_head if method == "HEAD" else self._ready)
@@ -262,7 +275,13 @@ class DecisionCacheMiddleware:
             await send({"type": "http.response.body", "body": value.body, "more_body": False})
             return
         exchange = Exchange(
-            self._settings, scope, BodyReplay(replay or [message], receive), send, key, head, body
+            self._settings,
+            scope,
+            BodyReplay(replay or whole_body(message, body), receive),
+            send,
+            key,
+            head,
+            body,
         )
         if value is not MISS:
             await exchange.answer(value)  # on_hit decides

@@ -27,6 +27,7 @@ __all__ = [
     "read_body",
     "read_head",
     "request_inputs",
+    "whole_body",
 ]
 
 # What a header means to the middleware: the low three bits of its code say
@@ -235,15 +236,16 @@ class BodyRead(NamedTuple):
     reason: str | None
 
 
-async def read_body(receive: Receive, limit: int, first: Message | None = None) -> BodyRead:
+async def read_body(receive: Receive, limit: int, *received: Message) -> BodyRead:
     """Read the request body, stopping once it is over ``limit`` bytes or the client left.
 
     Args:
         receive: the server's ``receive``.
         limit: the most bytes to hold.
-        first: the first message, when the caller already received it.
+        received: the messages the caller already received, in order.
     """
-    message = await receive() if first is None else first
+    pending = list(received)
+    message = pending.pop(0) if pending else await receive()
     if message["type"] == "http.request" and not message.get("more_body", False):
         # The common case: one message. It is replayed as is, not copied.
         body = message.get("body", b"")
@@ -260,15 +262,28 @@ async def read_body(receive: Receive, limit: int, first: Message | None = None) 
             replay.append(message)
             return BodyRead(None, replay, "body_incomplete")
         chunk = message.get("body", b"")
-        chunks.append(chunk)
-        size += len(chunk)
+        if chunk:
+            chunks.append(chunk)
+            size += len(chunk)
         more = bool(message.get("more_body", False))
         if size > limit:
             return BodyRead(None, [_partial(chunks, more=more)], "body_too_large")
         if not more:
-            body = b"".join(chunks)
+            # One chunk (and an empty last message) is the chunk itself, not a copy.
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             return BodyRead(body, [_partial([body], more=False)], None)
-        message = await receive()
+        message = pending.pop(0) if pending else await receive()
+
+
+def whole_body(message: Message, body: bytes) -> list[Message]:
+    """What the app receives for a body read whole: ``message`` itself when it is the only one.
+
+    Otherwise (the body whole in ``message``, then an empty last message) one
+    message with the body.
+    """
+    if message.get("more_body", False):
+        return [_partial([body], more=False)]
+    return [message]
 
 
 def _partial(chunks: list[bytes], *, more: bool) -> Message:

@@ -9,6 +9,7 @@ import pytest
 
 from asyncache import DecisionCache
 from asyncache.keys import canonical
+from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.middleware.request import (
     BodyReplay,
     body_slot,
@@ -20,7 +21,7 @@ from asyncache.middleware.request import (
 )
 from asyncache.middleware.routes import ANY_ROUTE, RouteTable
 
-from . import make_scope
+from . import RecordingApp, call, make_scope
 
 CODES = header_codes([b"accept-language", b"x-model"], [b"authorization", b"cookie"])
 
@@ -234,6 +235,54 @@ async def test_a_single_message_over_the_cap_is_replayed_untouched() -> None:
     read = await read_body(feeder([message]), 10)
     assert read.body is None
     assert read.replay == [message]
+
+
+async def test_messages_already_received_are_read_first() -> None:
+    first = {"type": "http.request", "body": b"ab", "more_body": True}
+    second = {"type": "http.request", "body": b"cd", "more_body": True}
+    read = await read_body(feeder([{"type": "http.request", "body": b"e"}]), 10, first, second)
+    assert (read.body, read.reason) == (b"abcde", None)
+
+
+# The way granian sends a small body: whole, then an empty last message; and its neighbours.
+SPLIT_BODIES = [
+    pytest.param([b'{"a": 1}', b""], id="whole-then-empty"),
+    pytest.param([b'{"a":', b" 1}"], id="two-chunks"),
+    pytest.param([b'{"a": 1}', b"", b""], id="whole-then-two-empty"),
+    pytest.param([b'{"a": ', b"", b"1}"], id="part-then-empty-then-the-rest"),
+    pytest.param([b"", b'{"a": 1}'], id="empty-then-whole"),
+]
+
+
+@pytest.mark.parametrize("chunks", SPLIT_BODIES)
+async def test_a_body_however_split_keys_and_reaches_the_app_whole(chunks: list[bytes]) -> None:
+    app = RecordingApp()
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    first = await call(middleware, chunks=chunks)
+    again = await call(middleware, chunks=chunks)
+    alone = await call(middleware, body=b'{"a": 1}')  # the same body in one message
+    assert (first.cache, again.cache, alone.cache) == ("miss", "hit", "hit")
+    assert app.bodies == [b'{"a": 1}'] and app.calls == 1
+    (received,) = app.received
+    assert received[-1] == {"type": "http.request", "body": b'{"a": 1}', "more_body": False}
+
+
+async def test_a_client_that_leaves_after_a_whole_first_message_is_a_bypass_the_app_sees() -> None:
+    app = RecordingApp()
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
+    first = {"type": "http.request", "body": b'{"a": 1}', "more_body": True}
+    pending = [first, {"type": "http.disconnect"}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await middleware(make_scope(), receive, send)
+    assert app.received == [[first, {"type": "http.disconnect"}]]
+    assert middleware.stats.bypass_reasons == {"body_incomplete": 1}
 
 
 # -- routes ---------------------------------------------------------------
