@@ -298,7 +298,7 @@ class Replay:
         headers: the headers to send, ``Content-Length`` included.
         body: the body.
         hit_headers: ``headers`` with the hit headers of the middleware that
-            made it last: what its hits send, joined once.
+            made it: what that middleware's hits send, joined once.
     """
 
     __slots__ = ("body", "headers", "hit_headers", "status")
