@@ -48,7 +48,6 @@ __all__ = [
     "invalid_reason",
     "refusal",
     "replay_maker",
-    "replay_messages",
     "shareable",
     "to_value",
 ]
@@ -359,15 +358,6 @@ def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Re
         return Replay.of(value, head=head, hit_headers=hit_headers)
 
     return ready
-
-
-def replay_messages(value: Any, extra: FixedHeaders, *, head: bool) -> tuple[Message, Message]:
-    """The two messages that answer a request from a stored value.
-
-    Raises:
-        InvalidEntry: ``value`` is not a valid stored response.
-    """
-    return Replay.of(value, head=head).messages(extra)
 
 
 async def admitted(hook: AdmitResponse, scope: Scope, response: StoredResponse) -> bool:

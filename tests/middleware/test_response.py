@@ -13,9 +13,9 @@ from asyncache.middleware.broadcast import Broadcast
 from asyncache.middleware.capture import ResponseCapture
 from asyncache.middleware.response import (
     InvalidEntry,
+    Replay,
     invalid_reason,
     refusal,
-    replay_messages,
     to_value,
 )
 
@@ -90,7 +90,7 @@ def test_the_stored_form_drops_hop_by_hop_and_length_headers() -> None:
     value = to_value(response, {b"x-cache"})
     assert value[1] == [["content-type", "application/json"], ["x-model", "v3\xe9"]]
     assert value[3] == 1  # where the app put its length, among the kept headers
-    start_message, body_message = replay_messages(value, [(b"x-cache", b"hit")], head=False)
+    start_message, body_message = Replay.of(value, head=False).messages(((b"x-cache", b"hit"),))
     assert body_message["body"] == b"\x00\xff{}"
     # The app's headers in the app's order, the length computed from the body.
     assert start_message["headers"] == [
@@ -102,9 +102,9 @@ def test_the_stored_form_drops_hop_by_hop_and_length_headers() -> None:
     # A streamed response sent no length: its hit sends none either.
     streamed = to_value(StoredResponse(200, [JSON], b"ab"), set())
     assert streamed[3] == -1
-    assert replay_messages(streamed, [], head=False)[0]["headers"] == [JSON]
+    assert Replay.of(streamed, head=False).messages(())[0]["headers"] == [JSON]
     # An entry stored before length_at existed gets its length last.
-    assert replay_messages([200, [["a", "b"]], "xy"], [], head=False)[0]["headers"] == [
+    assert Replay.of([200, [["a", "b"]], "xy"], head=False).messages(())[0]["headers"] == [
         (b"a", b"b"),
         (b"content-length", b"2"),
     ]
@@ -112,9 +112,9 @@ def test_the_stored_form_drops_hop_by_hop_and_length_headers() -> None:
 
 def test_replay_writes_no_length_for_204_and_keeps_the_apps_for_head() -> None:
     empty = [204, [], ""]
-    assert replay_messages(empty, [], head=False)[0]["headers"] == []
+    assert Replay.of(empty, head=False).messages(())[0]["headers"] == []
     head = [200, [["content-length", "12"]], ""]
-    assert replay_messages(head, [], head=True)[0]["headers"] == [(b"content-length", b"12")]
+    assert Replay.of(head, head=True).messages(())[0]["headers"] == [(b"content-length", b"12")]
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_replay_writes_no_length_for_204_and_keeps_the_apps_for_head() -> None:
 )
 def test_replay_refuses_what_is_not_a_stored_response(value: Any) -> None:
     with pytest.raises(InvalidEntry):
-        replay_messages(value, [], head=False)
+        Replay.of(value, head=False).messages(())
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ def test_a_value_is_checked_before_it_is_replayed(value: Any, reason: str | None
     assert invalid_reason(value, head=False) == reason
     if reason is not None:
         with pytest.raises(InvalidEntry) as raised:
-            replay_messages(value, [], head=False)
+            Replay.of(value, head=False).messages(())
         assert raised.value.reason == reason
 
 
