@@ -484,16 +484,16 @@ def side_by_side(
         }
         assert probe(ports["starlette+asyncache"]) == (200, "hit")
         with ThreadPoolExecutor(len(SIDE_BY_SIDE)) as pool:
-            for _ in range(rounds + 1):  # the first round warms the servers up
+            for round_ in range(rounds + 1):
                 runs = pool.map(
                     lambda kind: run_wrk(ports[kind], seconds, connections, load_cpus),
                     SIDE_BY_SIDE,
                 )
                 done = dict(zip(SIDE_BY_SIDE, runs, strict=True))
+                if round_ == 0:
+                    continue  # the first round warms the servers up
                 for kind in ratios:
                     ratios[kind].append(done[kind] / done["constant"])
-    for kind in ratios:
-        del ratios[kind][0]
     return ratios
 
 
@@ -672,8 +672,9 @@ def main() -> None:
             f"target: hit throughput >= 1.3x the bare app: {ratio:.2f}x "
             f"({'met' if ratio >= 1.3 else 'NOT met'})"
         )
-        if shutil.which("wrk") is None or len(os.sched_getaffinity(0)) < 2:
-            print("\nside by side: skipped (it needs wrk and two CPUs)")
+        pinnable = hasattr(os, "sched_getaffinity")  # Linux: pins processes to CPUs
+        if shutil.which("wrk") is None or not pinnable or len(os.sched_getaffinity(0)) < 2:
+            print("\nside by side: skipped (it needs wrk, Linux and two CPUs)")
         else:
             report["side_by_side"] = side_by_side_table(report, seconds, server_rounds)
     if args.json:
