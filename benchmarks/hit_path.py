@@ -5,10 +5,12 @@
     .venv/bin/python benchmarks/hit_path.py --json out.json
 
 Prints one table from one run. Every time is the median over repeats of a
-loop's mean; the peers are measured in the same process, on the same inputs
-(a context of 140, 2,000 or 20,000 characters and two short questions), so
-their ratios compare like with like. The garbage collector is off while a
-loop is timed, as timeit does.
+loop's mean; the garbage collector is off while a loop is timed, as timeit
+does. The peers are measured in the same process, on the same inputs (a
+context of 140, 2,000 or 20,000 characters and two short questions), in
+rounds interleaved with asyncache's: each round times one loop of every
+cache, and a ratio is the median of the rounds' own ratios, so that a slow
+spell of the machine moves both sides of a ratio alike.
 
 Times are CPU seconds of this process (``time.process_time``) unless
 ``--wall``: on a shared machine, wall time also counts the other jobs'
@@ -29,6 +31,7 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +67,11 @@ def context_of(size: int, seed: int = 0) -> str:
     return text[:size]
 
 
-async def per_call(call: Callable[[], Awaitable[Any]], *, number: int, repeats: int) -> float:
+async def per_call(
+    call: Callable[[], Awaitable[Any]], *, number: int, repeats: int, warm: bool = True
+) -> float:
     """Median over ``repeats`` of the mean seconds per awaited call in a loop of ``number``."""
-    for _ in range(min(number, 200)):  # warm caches and the interpreter's specializations
+    for _ in range(min(number, 200) if warm else 0):  # warm the interpreter's specializations
         await call()
     means = []
     gc.disable()
@@ -106,22 +111,6 @@ def make_answer(cache: DecisionCache) -> Any:
         return list(ANSWER)
 
     return answer
-
-
-async def asyncache_hits(number: int, repeats: int) -> dict[int, float]:
-    answer = make_answer(DecisionCache(MemoryStore()))
-    results = {}
-    for size in SIZES:
-        context = context_of(size)
-        assert await answer(context, QUESTIONS) == ANSWER  # the miss that stores it
-        scale = max(1, size // 2_000)
-        results[size] = await per_call(
-            lambda context=context: answer(context, QUESTIONS),
-            number=max(200, number // scale),
-            repeats=repeats,
-        )
-        assert answer.cache.stats()["misses"] == SIZES.index(size) + 1
-    return results
 
 
 def key_costs(number: int, repeats: int) -> dict[int, float]:
@@ -215,11 +204,15 @@ async def stampede(callers: int) -> int:
     return runs
 
 
-# -- peers -------------------------------------------------------------------
+# -- hits, beside the peers -----------------------------------------------------
 
 
-async def peer_hits(number: int, repeats: int) -> dict[str, dict[int, float | None]]:
-    peers: dict[str, Callable[[str], Awaitable[Any]]] = {}
+def hit_callers() -> dict[str, Callable[[str], Awaitable[Any]]]:
+    """One call per cache, each answering ``(context, QUESTIONS)`` from memory once warm."""
+    answer = make_answer(DecisionCache(MemoryStore()))
+    callers: dict[str, Callable[[str], Awaitable[Any]]] = {
+        "asyncache": lambda context: answer(context, QUESTIONS)
+    }
     try:
         from cashews import Cache as CashewsCache
 
@@ -230,7 +223,7 @@ async def peer_hits(number: int, repeats: int) -> dict[str, dict[int, float | No
         async def cashews_answer(context: str, questions: list[str]) -> list[str]:
             return list(ANSWER)
 
-        peers["cashews"] = lambda context: cashews_answer(context, QUESTIONS)
+        callers["cashews"] = lambda context: cashews_answer(context, QUESTIONS)
     except ImportError:
         pass
     try:
@@ -240,7 +233,7 @@ async def peer_hits(number: int, repeats: int) -> dict[str, dict[int, float | No
         async def aiocache_answer(context: str, questions: list[str]) -> list[str]:
             return list(ANSWER)
 
-        peers["aiocache"] = lambda context: aiocache_answer(context, QUESTIONS)
+        callers["aiocache"] = lambda context: aiocache_answer(context, QUESTIONS)
     except ImportError:
         pass
     try:
@@ -251,26 +244,65 @@ async def peer_hits(number: int, repeats: int) -> dict[str, dict[int, float | No
             return list(ANSWER)
 
         questions = tuple(QUESTIONS)  # async-lru needs hashable arguments
-        peers["async-lru"] = lambda context: lru_answer(context, questions)
+        callers["async-lru"] = lambda context: lru_answer(context, questions)
     except ImportError:
         pass
-    results: dict[str, dict[int, float | None]] = {}
-    for name in ("cashews", "aiocache", "async-lru"):
-        results[name] = {}
-        for size in SIZES:
-            call = peers.get(name)
-            if call is None:
-                results[name][size] = None
-                continue
-            context = context_of(size)
-            await call(context)
-            scale = max(1, size // 2_000)
-            results[name][size] = await per_call(
-                lambda call=call, context=context: call(context),
-                number=max(100, number // (4 * scale)),
-                repeats=repeats,
-            )
-    return results
+    return callers
+
+
+class Hits:
+    """Seconds per hit of every cache at every size, measured in interleaved rounds.
+
+    Each round times one loop of every cache in turn (the order reversing
+    every other round, so that none is always first), and a ratio is the
+    median of the rounds' own ratios: a slow spell of the machine falls on
+    the loops of one round alike instead of on whichever cache ran then.
+    """
+
+    def __init__(self) -> None:
+        self.rounds: dict[str, dict[int, list[float]]] = {}
+
+    def seconds(self, name: str, size: int) -> float | None:
+        """The median seconds per hit, or ``None`` for a peer that is not installed."""
+        rounds = self.rounds.get(name, {}).get(size)
+        return statistics.median(rounds) if rounds else None
+
+    def ratio(self, name: str, size: int) -> float | None:
+        """The median over rounds of ``name``'s time per hit over asyncache's."""
+        theirs = self.rounds.get(name, {}).get(size)
+        if not theirs:
+            return None
+        ours = self.rounds["asyncache"][size]
+        return statistics.median(a / b for a, b in zip(theirs, ours, strict=True))
+
+
+async def measure_hits(number: int, rounds: int) -> Hits:
+    callers = hit_callers()
+    # async-lru is about as fast as asyncache and gets as long a loop; the slow ones a quarter.
+    loops = {
+        "asyncache": number,
+        "async-lru": number,
+        "cashews": number // 4,
+        "aiocache": number // 4,
+    }
+    hits = Hits()
+    for size in SIZES:
+        context = context_of(size)
+        scale = max(1, size // 2_000)
+        for call in callers.values():
+            assert await call(context) == ANSWER  # the miss that stores it
+            await per_call(partial(call, context), number=200, repeats=1)  # warm-up
+        for round_ in range(rounds):
+            order = list(callers) if round_ % 2 == 0 else list(reversed(callers))
+            for name in order:
+                seconds = await per_call(
+                    partial(callers[name], context),
+                    number=max(100, loops[name] // scale),
+                    repeats=1,
+                    warm=False,
+                )
+                hits.rounds.setdefault(name, {}).setdefault(size, []).append(seconds)
+    return hits
 
 
 # -- import time ---------------------------------------------------------------
@@ -306,18 +338,18 @@ def import_ms(runs: int) -> float:
 
 async def measure(quick: bool) -> list[Row]:
     number, repeats = (2_000, 3) if quick else (20_000, 7)
-    hits = await asyncache_hits(number, repeats)
+    hits = await measure_hits(number, 5 if quick else 15)
     keys = key_costs(number, repeats)
     heap = await heap_per_decision(5_000 if quick else 50_000)
     miss_count = 500 if quick else 5_000
     coalesced, alone, extra_seconds = await miss_costs(miss_count, repeats)
     runs = await stampede(1_000)
-    peers = await peer_hits(number, repeats)
     imported = import_ms(5 if quick else 15)
 
     rows = []
     for size in SIZES:
-        hit = hits[size]
+        hit = hits.seconds("asyncache", size)
+        assert hit is not None
         ok = size != 140 or hit * 1e6 <= HIT_TARGET_US
         rows.append(
             Row(
@@ -361,13 +393,12 @@ async def measure(quick: bool) -> list[Row]:
     )
     rows.append(Row("1,000 identical concurrent misses", runs, "runs", "1", passes(runs == 1)))
     targets = {"cashews": CASHEWS_RATIO_TARGET, "aiocache": AIOCACHE_RATIO_TARGET}
-    for name, by_size in peers.items():
+    for name in ("cashews", "aiocache", "async-lru"):
         for size in SIZES:
-            theirs = by_size[size]
-            if theirs is None:
+            theirs, ratio = hits.seconds(name, size), hits.ratio(name, size)
+            if theirs is None or ratio is None:
                 rows.append(Row(f"{name} hit, {size:,} chars", None, "us", "-", "not installed"))
                 continue
-            ratio = theirs / hits[size]
             target = targets.get(name) if size == 140 else None
             shown = f"{ratio:.1f}x" if ratio >= 1 else f"{ratio:.2f}x"
             verdict = shown + (f" {passes(ratio >= target)}" if target else "")
@@ -413,8 +444,10 @@ def main() -> None:
             notes=[
                 f"Times are {timer} time: medians over repeats of a loop's mean, "
                 "garbage collector off.",
-                "Peers are measured in the same run on the same inputs; async-lru gets the "
-                "questions as a tuple (it needs hashable arguments).",
+                "Peers are measured in the same run on the same inputs, in rounds "
+                "interleaved with asyncache's; a ratio is the median of the rounds' own "
+                "ratios. async-lru gets the questions as a tuple (it needs hashable "
+                "arguments).",
                 "Heap per decision: tracemalloc over many stored decisions, 140-character "
                 "contexts, two answers each.",
             ],
