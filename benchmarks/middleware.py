@@ -21,8 +21,9 @@ server is up for the whole part and the rounds drive them in turn.
 
 Part 3, side by side (``side_by_side``): runs in turn compare moments as much
 as apps on a shared machine, so the ratio to the constant response is measured
-with the constant response, a second one (the control) and the hit sharing one
-CPU under load at the same time. The control's ratio shows how exact that is.
+with the constant response, a second one (the control), one dict lookup by the
+request (``lookup_app``: what keying alone costs) and the hit sharing one CPU
+under load at the same time. The control's ratio shows how exact that is.
 
 Targets: in-process hit <= 0.6x the bare Starlette route and <= 0.15x a
 fastapi-cache2 hit; real-server hit throughput >= 1.3x the bare app, and
@@ -170,6 +171,44 @@ def constant_app() -> ASGIApp:
     return app
 
 
+def lookup_app() -> ASGIApp:
+    """The least a cache keyed by the request does: one dict lookup, then the answer.
+
+    It reads the body and looks the answer up by the request's headers, path
+    and body, which a server hands over as fresh objects every time, so they
+    are hashed every time, as a cache must; it sends fresh messages, as a
+    cache must (what is in front may change them), with the constant
+    response's bytes. No method or route check, no store, no expiry, no
+    counter: the hit's distance from this row is what those cost, and this
+    row's distance from the constant response is what keying alone costs.
+    """
+    headers = [
+        (b"content-length", str(len(CONSTANT_BODY)).encode()),
+        (b"content-type", b"application/json"),
+        (b"x-cache", b"hit"),
+    ]
+    answers: dict[tuple[Any, ...], bytes] = {}  # one request in this benchmark: one entry
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        request = (tuple(scope["headers"]), scope["path"], body)
+        answer = answers.get(request)
+        if answer is None:
+            answer = answers[request] = CONSTANT_BODY
+        await send({"type": "http.response.start", "status": 200, "headers": [*headers]})
+        await send({"type": "http.response.body", "body": answer, "more_body": False})
+
+    return app
+
+
 def granian_target() -> Any:
     """What a granian worker serves (``factory=True``): the app ``--serve`` named."""
     return serve_app(os.environ["ASYNCACHE_BENCH_APP"])
@@ -178,6 +217,8 @@ def granian_target() -> Any:
 def serve_app(kind: str) -> Any:
     if kind == "constant":
         return constant_app()
+    if kind == "lookup":
+        return lookup_app()
     if kind == "starlette":
         return starlette_app()
     if kind == "fastapi":
@@ -456,22 +497,23 @@ def real_server(seconds: int, rounds: int, connections: int) -> tuple[dict[str, 
     return {kind: max(values) for kind, values in results.items()}, generator
 
 
-SIDE_BY_SIDE = ("constant", "constant (control)", "starlette+asyncache")
+SIDE_BY_SIDE = ("constant", "constant (control)", "lookup", "starlette+asyncache")
 
 
 def side_by_side(
     software: str, seconds: int, rounds: int, connections: int
 ) -> dict[str, list[float]]:
-    """Each round's throughput of a hit and of a second constant response, over the constant's.
+    """Each round's throughput of the others in ``SIDE_BY_SIDE`` over the constant response's.
 
     Runs one after another compare moments as much as apps: on this shared
     machine the same server's throughput moves by a quarter between two runs
-    of two seconds. Here the three servers share one CPU and are driven at
-    the same time (by one ``wrk`` each, on the other CPUs), so a slow spell
-    falls on all three at once, and the scheduler's fair share gives each the
-    same CPU time: their throughputs stand as the inverse of each request's
-    cost. The second constant response is the control: its ratio says how
-    exact the method is (1.00 when it is). Needs ``wrk`` and two CPUs.
+    of two seconds. Here the servers share one CPU and are driven at the same
+    time (by one ``wrk`` each, on the other CPUs), so a slow spell falls on
+    all of them at once, and the scheduler's fair share gives each the same
+    CPU time: their throughputs stand as the inverse of each request's cost.
+    The second constant response is the control: its ratio says how exact
+    the method is (1.00 when it is). The lookup (``lookup_app``) shows what
+    keying a request alone costs. Needs ``wrk`` and two CPUs.
     """
     available = os.sched_getaffinity(0)
     servers_cpu = {min(available)}
@@ -483,6 +525,8 @@ def side_by_side(
             for kind in SIDE_BY_SIDE
         }
         assert probe(ports["starlette+asyncache"]) == (200, "hit")
+        for kind in SIDE_BY_SIDE[1:]:  # the same bytes from all: only finding them differs
+            assert answer(ports[kind]) == answer(ports["constant"]), (kind, answer(ports[kind]))
         with ThreadPoolExecutor(len(SIDE_BY_SIDE)) as pool:
             for round_ in range(rounds + 1):
                 runs = pool.map(
@@ -505,7 +549,8 @@ def side_by_side_table(report: dict[str, Any], seconds: int, rounds: int) -> dic
     softwares = ["uvicorn"] + (["granian"] if importlib.util.find_spec("granian") else [])
     described = (
         f"Side by side: on each server, the constant response, a second constant response "
-        f"(the control) and the hit share one CPU and are driven at once (wrk -t1 -c32 "
+        f"(the control), one dict lookup by the request (the least a keyed cache does) "
+        f"and the hit share one CPU and are driven at once (wrk -t1 -c32 "
         f"each, on the other CPUs), {rounds} rounds of {seconds}s; each round's throughput "
         f"over the constant response's in that round"
     )
@@ -518,11 +563,10 @@ def side_by_side_table(report: dict[str, Any], seconds: int, rounds: int) -> dic
     for software in softwares:
         ratios = side_by_side(software, seconds, rounds, connections=32)
         for kind, values in ratios.items():
-            label = (
-                "second constant response (the control)"
-                if kind.startswith("constant")
-                else f"{kind} (every request a hit)"
-            )
+            label = {
+                "constant (control)": "second constant response (the control)",
+                "lookup": "one dict lookup by the request (the least a keyed cache does)",
+            }.get(kind, f"{kind} (every request a hit)")
             middle, low, high = statistics.median(values), min(values), max(values)
             print(f"| {label} | {software} | {middle:.3f}x | {low:.3f}x | {high:.3f}x |")
             rows.append(
@@ -536,6 +580,9 @@ def side_by_side_table(report: dict[str, Any], seconds: int, rounds: int) -> dic
             )
         hit = statistics.median(ratios["starlette+asyncache"])
         control = statistics.median(ratios["constant (control)"])
+        report[f"server_lookup_vs_constant_{software}"] = round(
+            statistics.median(ratios["lookup"]), 3
+        )
         report[f"server_hit_vs_constant_{software}"] = round(hit, 3)
         report[f"server_control_vs_constant_{software}"] = round(control, 3)
     print()
