@@ -207,9 +207,8 @@ async def stampede(callers: int) -> int:
 # -- hits, beside the peers -----------------------------------------------------
 
 
-def hit_callers() -> dict[str, Callable[[str], Awaitable[Any]]]:
-    """One call per cache, each answering ``(context, QUESTIONS)`` from memory once warm."""
-    answer = make_answer(DecisionCache(MemoryStore()))
+def hit_callers(answer: Any) -> dict[str, Callable[[str], Awaitable[Any]]]:
+    """One call per cache (``answer``: asyncache's), each answering from memory once warm."""
     callers: dict[str, Callable[[str], Awaitable[Any]]] = {
         "asyncache": lambda context: answer(context, QUESTIONS)
     }
@@ -277,7 +276,8 @@ class Hits:
 
 
 async def measure_hits(number: int, rounds: int) -> Hits:
-    callers = hit_callers()
+    answer = make_answer(DecisionCache(MemoryStore()))
+    callers = hit_callers(answer)
     # async-lru is about as fast as asyncache and gets as long a loop; the slow ones a quarter.
     loops = {
         "asyncache": number,
@@ -302,6 +302,7 @@ async def measure_hits(number: int, rounds: int) -> Hits:
                     warm=False,
                 )
                 hits.rounds.setdefault(name, {}).setdefault(size, []).append(seconds)
+        assert answer.cache.stats()["misses"] == SIZES.index(size) + 1  # the rest were hits
     return hits
 
 
