@@ -138,6 +138,12 @@ def cached(app: Any, **options: Any) -> Any:
 
 
 CONSTANT_BODY = json.dumps(ANSWER, separators=(",", ":")).encode()
+# What a hit's start message holds, in its order: the limits send these very headers.
+CONSTANT_HEADERS = [
+    (b"content-length", str(len(CONSTANT_BODY)).encode()),
+    (b"content-type", b"application/json"),
+    (b"x-cache", b"hit"),
+]
 
 
 def constant_app() -> ASGIApp:
@@ -152,11 +158,7 @@ def constant_app() -> ASGIApp:
     start = {
         "type": "http.response.start",
         "status": 200,
-        "headers": [
-            (b"content-length", str(len(CONSTANT_BODY)).encode()),
-            (b"content-type", b"application/json"),
-            (b"x-cache", b"hit"),
-        ],
+        "headers": CONSTANT_HEADERS,
     }
     body = {"type": "http.response.body", "body": CONSTANT_BODY}
 
@@ -182,11 +184,6 @@ def lookup_app() -> ASGIApp:
     counter: the hit's distance from this row is what those cost, and this
     row's distance from the constant response is what keying alone costs.
     """
-    headers = [
-        (b"content-length", str(len(CONSTANT_BODY)).encode()),
-        (b"content-type", b"application/json"),
-        (b"x-cache", b"hit"),
-    ]
     answers: dict[tuple[Any, ...], bytes] = {}  # one request in this benchmark: one entry
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -203,7 +200,7 @@ def lookup_app() -> ASGIApp:
         answer = answers.get(request)
         if answer is None:
             answer = answers[request] = CONSTANT_BODY
-        await send({"type": "http.response.start", "status": 200, "headers": [*headers]})
+        await send({"type": "http.response.start", "status": 200, "headers": [*CONSTANT_HEADERS]})
         await send({"type": "http.response.body", "body": answer, "more_body": False})
 
     return app
