@@ -10,7 +10,13 @@ import typing
 
 from .cache import DecisionCache
 from .codec import Decoded
-from .decorator import BoundPrediction, CachedPrediction, cached_prediction
+from .decorator import (
+    BatchedPrediction,
+    BoundPrediction,
+    CachedPrediction,
+    MethodWarning,
+    cached_prediction,
+)
 from .errors import (
     AsyncacheError,
     ConfigurationError,
@@ -22,18 +28,15 @@ from .errors import (
     WorkerDiedError,
 )
 from .keys import KEY_VERSION, make_key
-from .methods import MethodWarning
 from .stores import DecisionStore, Entry, LeaseStore, MemoryStore, open_store, register_store
 
 if typing.TYPE_CHECKING:
-    from .microbatch import BatchedPrediction
     from .offload import DeviceOffload, Offload, ProcessOffload, ThreadOffload
 
 __version__ = "0.1.0"
 
 # Imported on first use: most programs never offload, and `import asyncache` stays fast.
 _LAZY = {
-    "BatchedPrediction": "microbatch",
     "DeviceOffload": "offload",
     "Offload": "offload",
     "ProcessOffload": "offload",

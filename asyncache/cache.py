@@ -1,10 +1,10 @@
 """DecisionCache: the settings, the lifecycle and the public face of the engine.
 
 A ``DecisionCache`` validates its options, builds the ``Engine`` that every door
-goes through (``asyncache.engine``), the optional parts that engine uses
+goes through (``asyncache.engine._engine``), the optional parts that engine uses
 (``Leases``, ``Auditor``), and forwards its settings to it so they can be
 changed on a live cache. The one-key path is ``Engine.get_or_compute``; the
-many-keys path is ``asyncache.many``.
+many-keys path is ``asyncache.engine._many``.
 """
 
 from __future__ import annotations
@@ -14,18 +14,15 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mappin
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
 from .codec import Decoded, normalize_secret
-from .engine import MISS, AdmitHook, Engine, Fingerprint, TtlHook
+from .engine import MISS, AdmitHook, Engine, Fingerprint, StoreGuard, TtlHook, get_or_compute_many
 from .errors import ConfigurationError
-from .guard import StoreGuard
 from .keys import KeyBuilder
-from .many import get_or_compute_many
 from .stats import CacheStats, RateLimitedLog
 from .stores.memory import MemoryStore
 from .stores.protocol import DecisionStore
 
 if TYPE_CHECKING:
-    from .audit import Compare, MismatchHook
-    from .warm import WarmSummary
+    from .engine import Compare, MismatchHook, WarmSummary
 
 __all__ = ["MISS", "MODES", "AdmitHook", "DecisionCache", "Mode", "TtlHook"]
 
@@ -87,7 +84,7 @@ class DecisionCache:
             store with ``enforces_timeouts`` (see ``DecisionStore``) is
             bounded by its own timeouts instead. Calls share one timer per
             sixteenth of it, so a call is stopped between ``store_timeout``
-            and an eighth more (``asyncache.deadlines``).
+            and an eighth more (``asyncache.engine._guard``).
         secret: HMAC key; entries without a valid tag are misses.
         enabled: ``False`` computes every call and touches no store.
         failure_threshold: store failures in a row before the cool-down.
@@ -115,10 +112,9 @@ class DecisionCache:
             obeys it.
 
     Attributes:
-        engine: the one hit/miss path every door takes (``asyncache.engine``).
+        engine: the one hit/miss path every door takes (``asyncache.engine._engine``).
     """
 
-    enabled: _Forwarded[bool] = _Forwarded()
     namespace: _Forwarded[str | None] = _Forwarded()
     """Prefix of every key's namespace, also written into each entry (``copy --namespace``)."""
     ttl: _Forwarded[float | TtlHook | None] = _Forwarded()
@@ -196,17 +192,14 @@ class DecisionCache:
         self.admit = admit
         self.max_entry_bytes = max_entry_bytes
         self.engine.decode_cap = max_decoded_bytes
-        self.enabled = enabled
         self.max_background = max_background
-        self.mode = mode
-        self.engine.shadow = mode in ("shadow", "record")
-        self.engine.record = mode == "record"
-        self.engine.replay = mode == "replay"
+        self._mode: Mode = mode
+        self.enabled = enabled
         self._builders: dict[tuple[str, str], KeyBuilder] = {}
         self._closed = False
         if audit_rate > 0 or mode == "shadow":
             # Imported here: a cache that neither audits nor shadows never loads it.
-            from .audit import Auditor
+            from .engine import Auditor
 
             auditor = Auditor(
                 self.engine,
@@ -220,6 +213,20 @@ class DecisionCache:
         self.leases = leases
         self.lease_ttl = lease_ttl
         self.use_store(chosen)
+
+    @property
+    def mode(self) -> Mode:
+        """``"live"``, ``"shadow"``, ``"record"`` or ``"replay"``: set at construction."""
+        return self._mode
+
+    @property
+    def enabled(self) -> bool:
+        """``False`` computes every call and touches no store; may be changed on a live cache."""
+        return self.engine.mode != "off"
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self.engine.mode = self._mode if value else "off"
 
     def __repr__(self) -> str:
         return f"DecisionCache(store={self.store!r}, namespace={self.namespace!r})"
@@ -240,7 +247,7 @@ class DecisionCache:
         engine.use(store)
         engine.leases = None
         if self.leases:
-            from .lease import Leases, lease_store
+            from .engine import Leases, lease_store
 
             where = lease_store(store)
             if where is None:
@@ -349,8 +356,7 @@ class DecisionCache:
 
         A corrupt or tampered entry is counted, deleted and reported as ``None``.
         """
-        entry = await self.engine.store_get(key)
-        return None if entry is None else await self.engine.decode_hit(key, entry)
+        return await self.engine.lookup(key)
 
     async def store_result(
         self, key: bytes, result: T, *, inputs: Any = None, compute_seconds: float = 0.0
@@ -388,7 +394,7 @@ class DecisionCache:
             TypeError: ``function`` is not a ``@cached_prediction`` function.
             ValueError: it belongs to another cache, or ``concurrency < 1``.
         """
-        from .warm import warm
+        from .engine import warm
 
         if getattr(function, "cache", None) not in (None, self):
             raise ValueError("warm() needs a function cached by this DecisionCache")

@@ -26,7 +26,15 @@ from typing import Any
 
 import orjson
 
-__all__ = ["KEY_VERSION", "PLAIN_OPTIONS", "KeyBuilder", "canonical", "make_key", "refuse"]
+__all__ = [
+    "KEY_VERSION",
+    "PLAIN_OPTIONS",
+    "KeyBuilder",
+    "RecentKeys",
+    "canonical",
+    "make_key",
+    "refuse",
+]
 
 KEY_VERSION = "asyncache/1"
 
@@ -418,3 +426,62 @@ def make_key(
         TypeError: an input cannot be encoded.
     """
     return KeyBuilder(namespace, fingerprint).key(inputs, scope)
+
+
+# Inputs encoding to at most this many bytes have their keys remembered (``RecentKeys``);
+# past it, hashing the bytes once costs about what looking them up would.
+KEY_BYTES = 256
+# How many recent keys ``RecentKeys`` remembers; the oldest goes first.
+RECENT_KEYS = 512
+# A function whose inputs encode large looks up one call in this many.
+PROBE_EVERY = 64
+
+
+class RecentKeys:
+    """``KeyBuilder.key`` for unscoped inputs, with the keys of recent small ones remembered.
+
+    Remembered by orjson's plain bytes of the inputs, looked up before anything
+    else, and kept only when those bytes are the inputs' canonical bytes (they
+    hold no ``null``, so no ``None`` can be a NaN: ``keys.canonical``'s rule);
+    so an input found here keys exactly as ``KeyBuilder.key`` keys it. A
+    function whose inputs encode large skips the lookup (probing again now and
+    then), so it pays for no second encoding.
+
+    Args:
+        builder: builds the keys.
+    """
+
+    __slots__ = ("_builder", "_known", "_skip")
+
+    def __init__(self, builder: KeyBuilder) -> None:
+        self._builder = builder
+        self._known: dict[bytes, bytes] = {}
+        self._skip = 0
+
+    def key(self, inputs: Any) -> bytes:
+        """The key of ``inputs`` (unscoped), as ``KeyBuilder.key`` gives it.
+
+        Raises:
+            TypeError: an input cannot be encoded.
+        """
+        if self._skip:
+            self._skip -= 1
+            return self._builder.key(inputs)
+        try:
+            raw = _dumps(inputs, default=refuse, option=PLAIN_OPTIONS)
+        except orjson.JSONEncodeError:
+            return self._builder.key(inputs)  # tagged: the careful walk
+        if len(raw) > KEY_BYTES:
+            self._skip = PROBE_EVERY
+            return self._builder.key(inputs)
+        known = self._known
+        key = known.get(raw)
+        if key is None:
+            exact = canonical(inputs)
+            key = self._builder.digest(exact)  # KeyBuilder.key, unscoped
+            if exact == raw and raw.find(b"null") < 0:
+                if len(known) >= RECENT_KEYS:
+                    del known[next(iter(known))]
+                # A copy: orjson's own bytes keep the spare room of its buffer (4 KiB).
+                known[bytes(memoryview(raw))] = key
+        return key

@@ -77,7 +77,7 @@ async def measure(
 ) -> dict[str, dict[int, float]]:
     """Decorator hits over ``RedisStore.from_url(url)`` beside ``raw.get``, per task count."""
     from asyncache import DecisionCache, cached_prediction
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 
     store = RedisStore.from_url(url, prefix=f"bench-concurrency-{kind}:")
     cache = DecisionCache(store, fingerprint="bench")

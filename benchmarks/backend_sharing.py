@@ -84,8 +84,8 @@ class Counted:
 async def through_cache(path: Path, decider: Any) -> tuple[list[Any], list[float], Counted]:
     """Ask every request, one at a time, through a cache over the SQLite file at ``path``."""
     from asyncache import DecisionCache, cached_prediction
-    from asyncache.adapters.sqlite import SQLiteStore
     from asyncache.offload import ThreadOffload
+    from asyncache.stores.sqlite import SQLiteStore
 
     model = Counted(decider)
     results: list[Any] = []

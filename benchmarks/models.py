@@ -207,8 +207,8 @@ async def throughput_round(
 ) -> float:
     """Requests per second for ``count`` concurrent distinct misses, one round."""
     from asyncache import DecisionCache, cached_prediction
-    from asyncache.adapters.sqlite import SQLiteStore
     from asyncache.offload import ThreadOffload
+    from asyncache.stores.sqlite import SQLiteStore
 
     def decide(state: str, questions: list[str]) -> Any:
         return decider.predict(state, questions)
@@ -296,7 +296,7 @@ class Run:
 
 async def measure_latency(run: Run, decider: Any, directory: Path) -> None:
     from asyncache import MemoryStore
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
     from asyncache.stores.tiered import TieredStore
 
     targets = {"SQLite default": 0.01, "TieredStore": 0.0005}

@@ -289,7 +289,7 @@ def redis_setups(url: str, host: str, port: int) -> dict[str, Setup]:
 
     async def asyncache_redis() -> Any:
         from asyncache import DecisionCache, cached_prediction
-        from asyncache.adapters.redis import RedisStore
+        from asyncache.stores.redis import RedisStore
 
         store = RedisStore.from_url(url, prefix="report:asyncache:", max_connections=POOL)
         cache = DecisionCache(store, fingerprint="bench")
@@ -340,7 +340,7 @@ def cluster_setups(url: str) -> dict[str, Setup]:
 
     async def asyncache_cluster() -> Any:
         from asyncache import DecisionCache, cached_prediction
-        from asyncache.adapters.redis import RedisStore
+        from asyncache.stores.redis import RedisStore
 
         store = RedisStore.from_url(url, prefix="report:asyncache:", max_connections=POOL)
         cache = DecisionCache(store, fingerprint="bench")
@@ -388,7 +388,7 @@ def sqlite_setups(directory: Path) -> dict[str, Setup]:
 
     async def asyncache_sqlite() -> Any:
         from asyncache import DecisionCache, cached_prediction
-        from asyncache.adapters.sqlite import SQLiteStore
+        from asyncache.stores.sqlite import SQLiteStore
 
         store = SQLiteStore(directory / "asyncache.sqlite")
         cache = DecisionCache(store, fingerprint="bench")

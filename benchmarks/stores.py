@@ -109,7 +109,7 @@ def decision(n: int) -> tuple[bytes, bytes]:
 async def sqlite_rows(workdir: Path, *, number: int, repeats: int, adds: int) -> list[Row]:
     import aiosqlite
 
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
 
     rows: list[Row] = []
     key, value = decision(0)
@@ -196,7 +196,7 @@ async def sqlite_store_seconds(
     workdir: Path, synchronous: str, *, adds: int, repeats: int
 ) -> float:
     """Median over repeats of the mean seconds per sequential ``add`` of a new decision."""
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
 
     means = []
     for attempt in range(repeats):
@@ -226,7 +226,7 @@ def _footprint(path: Path) -> int:
 
 async def sqlite_disk_bytes(workdir: Path, *, count: int) -> float:
     """(file size with ``count`` decisions - file size with none) / ``count``, after closing."""
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
 
     empty = workdir / "empty.db"
     store = SQLiteStore(empty, prune_interval=None)
@@ -248,7 +248,7 @@ async def sqlite_disk_bytes(workdir: Path, *, count: int) -> float:
 async def redis_rows(port: int, *, number: int, repeats: int) -> list[Row]:
     import redis.asyncio as aioredis
 
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 
     rows: list[Row] = []
     url = f"redis://127.0.0.1:{port}"
@@ -339,7 +339,7 @@ async def redis_rows(port: int, *, number: int, repeats: int) -> list[Row]:
 
 
 async def tiered_rows(workdir: Path, *, number: int, repeats: int) -> list[Row]:
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
     from asyncache.stores.tiered import TieredStore
 
     key, value = decision(0)

@@ -10,9 +10,9 @@ or ~/.cache/asyncache/minilm.
 import asyncio
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.adapters.sqlite import SQLiteStore
 from asyncache.demo.minilm import MiniLMDecider
 from asyncache.offload import aclose_default_offloads
+from asyncache.stores.sqlite import SQLiteStore
 
 # Pin the fingerprint only after checking that the backends agree on your traffic;
 # put the version of your question bank in it.

@@ -3,7 +3,7 @@
 import asyncio
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.adapters.sqlite import SQLiteStore
+from asyncache.stores.sqlite import SQLiteStore
 
 cache = DecisionCache(SQLiteStore("decisions.sqlite"), fingerprint="intent-v3", ttl=86_400)
 

@@ -22,7 +22,7 @@ async def main() -> None:
     await store.aclose()
 
     # --8<-- [start:sqlite]
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
 
     store = SQLiteStore("decisions.sqlite", max_entries=1_000_000)
     # or: open_store("sqlite:///decisions.sqlite?max_entries=1000000")
@@ -32,7 +32,7 @@ async def main() -> None:
     await asyncio.gather(store.aclose(), same.aclose())
 
     # --8<-- [start:redis]
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 
     store = RedisStore.from_url("redis://cache.internal:6379/0", prefix="myapp:")
     # or: open_store("rediss://:password@cache.internal:6380/0?prefix=myapp:")

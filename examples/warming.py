@@ -3,7 +3,7 @@
 import asyncio
 
 from asyncache import DecisionCache, cached_prediction, open_store
-from asyncache.warm import WarmSummary
+from asyncache.engine._warm import WarmSummary
 
 URL = "sqlite:///warm.sqlite"
 runs = 0

@@ -27,8 +27,8 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from asyncache import DecisionCache
-from asyncache.adapters.redis import RedisStore
 from asyncache.middleware import DecisionCacheMiddleware
+from asyncache.stores.redis import RedisStore
 
 REDIS_URL = os.environ["FLEET_REDIS_URL"]
 PREFIX = os.environ["FLEET_PREFIX"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.audit import same_decision
+from asyncache.engine._audit import same_decision
 
 
 class Model:

@@ -57,7 +57,7 @@ async def _decide(
     path: Path, decider: Any, *, fingerprint: str | None = PINNED
 ) -> tuple[list[Any], Counted, dict[str, Any]]:
     """Answer every request through a fresh cache over the SQLite file at ``path``."""
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
 
     model = Counted(decider)
     async with (

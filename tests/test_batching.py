@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from asyncache import DecisionCache, cached_prediction
+from asyncache.decorator._batching import MicroBatcher
 from asyncache.errors import OffloadError
-from asyncache.microbatch import MicroBatcher
 from asyncache.offload import ProcessOffload, ThreadOffload
 
 from . import offload_workers as workers

@@ -653,7 +653,7 @@ def test_bad_options_are_refused() -> None:
 async def test_an_infinite_or_huge_ttl_stores_without_expiry_on_every_store(
     tmp_path: Path, ttl: float
 ) -> None:
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
 
     for store in (MemoryStore(), SQLiteStore(tmp_path / f"{ttl}.sqlite")):
         cache = DecisionCache(store, ttl=ttl)

@@ -174,7 +174,7 @@ async def test_keyword_arguments_win_over_the_environment() -> None:
 
 async def test_from_env_opens_the_store_url(tmp_path: Path) -> None:
     try:
-        from asyncache.adapters.sqlite import SQLiteStore
+        from asyncache.stores.sqlite import SQLiteStore
     except ImportError:
         require(False, "the sqlite extra is not installed")
         return

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from asyncache.deadlines import Deadlines
-from asyncache.guard import StoreGuard
+from asyncache.engine._guard import Deadlines, StoreGuard
 from asyncache.stats import CacheStats, RateLimitedLog
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from asyncache import DecisionCache, MemoryStore
-from asyncache.flight import Flight, FlightTable
+from asyncache.engine._flights import Flight, FlightTable
 
 from .support import until
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from asyncache.guard import StoreGuard
+from asyncache.engine._guard import StoreGuard
 from asyncache.stats import CacheStats, RateLimitedLog
 
 

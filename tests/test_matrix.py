@@ -304,13 +304,13 @@ async def coalescing(door: DoorFactory, ctx: Ctx) -> None:
 def _lease_stores(kind: str, ctx: Ctx) -> tuple[DecisionStore, DecisionStore]:
     """Two store objects on one shared backend: two replicas' views of it."""
     if kind == "sqlite":
-        from asyncache.adapters.sqlite import SQLiteStore
+        from asyncache.stores.sqlite import SQLiteStore
 
         path = ctx.tmp_path / "fleet.db"
         # A contended host: writers wait for the lock rather than fail over to computing.
         return SQLiteStore(path, busy_timeout=30), SQLiteStore(path, busy_timeout=30)
     require(importlib.util.find_spec("redis") is not None, "redis-py is not installed")
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 
     url: str = ctx.fixture("redis_url")
     prefix: str = ctx.fixture("redis_prefix")
@@ -480,7 +480,7 @@ async def ttl_zero(door: DoorFactory, ctx: Ctx) -> None:
 async def store_down(door: DoorFactory, ctx: Ctx) -> None:
     """A store that fails every call: every caller still gets the model's answer."""
     require(importlib.util.find_spec("redis") is not None, "redis-py is not installed")
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 
     # A real RedisStore where nothing listens: every call is a refused connection.
     store = RedisStore.from_url(

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from asyncache import DecisionCache, MemoryStore, cached_prediction
-from asyncache.keys import KeyBuilder
-from asyncache.recent import KEY_BYTES, MADE_BYTES, RecentKeys, RecentValues, copier
+from asyncache.engine._memo import MADE_BYTES, RecentValues, copier
+from asyncache.keys import KEY_BYTES, KeyBuilder, RecentKeys
 
 
 class Color(enum.Enum):

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.adapters.sqlite import SQLiteStore
+from asyncache.stores.sqlite import SQLiteStore
 
 
 class Label(enum.Enum):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from asyncache import DecisionCache, cached_prediction, open_store
-from asyncache.warm import WarmSummary, call_arguments
+from asyncache.engine._warm import WarmSummary, call_arguments
 
 
 class Model:

@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from .. import __version__
 from ..cache import DecisionCache
-from ..meanings import COUNTER_MEANINGS
+from ..stats import COUNTER_MEANINGS
 
 __all__ = ["GAUGES", "OpenTelemetryInstrumentation", "instrument"]
 

@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from ..cache import DecisionCache
-from ..meanings import COUNTER_MEANINGS
+from ..stats import COUNTER_MEANINGS
 
 __all__ = ["DEFAULT_BUCKETS", "PrometheusMetrics", "instrument"]
 

@@ -69,7 +69,7 @@ def open_url(url: str, *, must_exist: bool = True) -> DecisionStore:
         inner = url[len("tiered+") :] if url.lower().startswith("tiered+") else url
         if inner.lower().startswith("sqlite:"):
             # Imported here: it needs aiosqlite, which only SQLite URLs need.
-            from ..adapters.sqlite.url import parse_url
+            from ..stores.sqlite.url import parse_url
 
             path, _ = parse_url(inner)
             if path != ":memory:" and not Path(path).exists():

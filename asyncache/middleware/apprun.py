@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import Unshared
-from ..runtime import cancelled, is_cancellation, new_event, spawn
+from ..engine import Unshared, cancelled, is_cancellation, new_event, spawn
 from .broadcast import Broadcast
 from .capture import ResponseCapture
 from .response import StoredResponse, invalid_reason, to_value

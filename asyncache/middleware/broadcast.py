@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime import Event, new_event
+from ..engine import Event, new_event
 from .types import Message
 
 __all__ = ["Broadcast", "Reader", "final"]

@@ -29,9 +29,8 @@ import inspect
 import logging
 from typing import Any
 
+from ..engine import cancelled, error_for_caller, is_cancellation, spawn, wait_for
 from ..errors import DecodeError
-from ..flight import error_for_caller
-from ..runtime import cancelled, is_cancellation, spawn, wait_for
 from ..stats import RateLimitedLog
 from .apprun import AppRunner
 from .broadcast import Broadcast, Reader, final
@@ -103,7 +102,7 @@ class Exchange:
         settings = self.settings
         engine = settings.engine
         self.inputs = request_inputs(self.scope, self.head, self.body)
-        coalesce = engine.coalesce and not engine.shadow
+        coalesce = engine.coalesce and engine.mode in ("live", "replay")
         while True:
             broadcast = settings.live.get(self.key) if coalesce else None
             if broadcast is None:
@@ -271,7 +270,7 @@ class Exchange:
         settings = self.settings
         engine = settings.engine
         try:
-            if listed or engine.shadow or not engine.coalesce:
+            if listed or engine.mode in ("shadow", "record") or not engine.coalesce:
                 value = await engine.get_or_compute(
                     self.key,
                     runner.compute,

@@ -38,7 +38,7 @@ class DecisionStore(Protocol):
     or raising, within bounds the store keeps itself (a ``RedisStore`` from
     ``from_url``: socket, connect and pool timeouts); the engine then does not
     time its calls with ``store_timeout``, which saves joining the deadline
-    that calls share (``asyncache.deadlines``; about a microsecond a call).
+    that calls share (``asyncache.engine._guard``; about a microsecond a call).
     A cache reads it once, when it starts using the store.
 
     ``async delete(key)`` is optional too (not a member, so that a store

@@ -20,12 +20,12 @@ StoreFactory = Callable[[str], DecisionStore]
 # scheme -> factory, or "module:attribute" of one, imported on first use.
 _FACTORIES: dict[str, StoreFactory | str] = {
     "memory": "asyncache.stores.memory:MemoryStore.from_url",
-    "sqlite": "asyncache.adapters.sqlite:SQLiteStore.from_url",
-    "redis": "asyncache.adapters.redis:RedisStore.from_url",
-    "rediss": "asyncache.adapters.redis:RedisStore.from_url",
-    "redis+cluster": "asyncache.adapters.redis:RedisStore.from_url",
-    "rediss+cluster": "asyncache.adapters.redis:RedisStore.from_url",
-    "unix": "asyncache.adapters.redis:RedisStore.from_url",
+    "sqlite": "asyncache.stores.sqlite:SQLiteStore.from_url",
+    "redis": "asyncache.stores.redis:RedisStore.from_url",
+    "rediss": "asyncache.stores.redis:RedisStore.from_url",
+    "redis+cluster": "asyncache.stores.redis:RedisStore.from_url",
+    "rediss+cluster": "asyncache.stores.redis:RedisStore.from_url",
+    "unix": "asyncache.stores.redis:RedisStore.from_url",
 }
 
 

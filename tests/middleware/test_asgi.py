@@ -252,7 +252,7 @@ async def test_on_compute_sees_each_app_run() -> None:
 
 async def test_hits_from_a_store_on_disk_survive_a_new_cache(tmp_path: Path) -> None:
     require(importlib.util.find_spec("aiosqlite") is not None, "aiosqlite is not installed")
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
 
     path = tmp_path / "decisions.db"
     app = RecordingApp(Answer(chunks=[b"\x00\xff binary \r\n", b"answer"]))

@@ -30,7 +30,7 @@ Cleanup = Callable[[], Awaitable[None]]
 def _redis_store(request: pytest.FixtureRequest, fixture: str) -> tuple[DecisionStore, Cleanup]:
     """A RedisStore under a prefix of its own on the session's server (or cluster)."""
     try:
-        from asyncache.adapters.redis import RedisStore
+        from asyncache.stores.redis import RedisStore
     except ImportError as exc:
         require(False, f"RedisStore is not available: {exc}")
         raise
@@ -60,7 +60,7 @@ async def _nothing() -> None:
 def _make(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> tuple[DecisionStore, Cleanup]:
-    from asyncache.adapters.sqlite import SQLiteStore
+    from asyncache.stores.sqlite import SQLiteStore
 
     if kind == "memory":
         return MemoryStore(), _nothing

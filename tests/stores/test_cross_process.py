@@ -35,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _open(url: str, prefix: str) -> DecisionStore:
     if url.startswith("sqlite:"):
-        from asyncache.adapters.sqlite import SQLiteStore
+        from asyncache.stores.sqlite import SQLiteStore
 
         # Generous: four processes queue on one write lock on a busy test machine.
         return SQLiteStore(SQLiteStore.from_url(url).path, busy_timeout=30.0)
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 
     return RedisStore.from_url(url, prefix=prefix)
 
@@ -133,7 +133,7 @@ def test_processes_agree(kind: str, tmp_path: Path, request: pytest.FixtureReque
         url = f"sqlite:///{tmp_path}/shared.db"
     else:
         try:
-            import asyncache.adapters.redis  # noqa: F401
+            import asyncache.stores.redis  # noqa: F401
         except ImportError as exc:
             require(False, f"RedisStore is not available: {exc}")
         url = request.getfixturevalue("redis_url")

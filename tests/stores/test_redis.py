@@ -37,8 +37,8 @@ try:
     )
     from redis.cluster import key_slot  # type: ignore[attr-defined]
 
-    from asyncache.adapters.redis import RedisStore
-    from asyncache.adapters.redis.layout import MAX_EXPIRES_AT
+    from asyncache.stores.redis import RedisStore
+    from asyncache.stores.redis.layout import MAX_EXPIRES_AT
 except ImportError:  # pragma: no cover - depends on the environment
     if IN_CI:
         raise
@@ -298,12 +298,12 @@ class TestFromUrl:
         await client.aclose()
 
     def test_import_without_redis_py_names_the_extra(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        for name in [n for n in sys.modules if n.startswith("asyncache.adapters.redis")]:
+        for name in [n for n in sys.modules if n.startswith("asyncache.stores.redis")]:
             monkeypatch.delitem(sys.modules, name)
         for name in [n for n in sys.modules if n == "redis" or n.startswith("redis.")]:
             monkeypatch.setitem(sys.modules, name, None)
         with pytest.raises(ImportError, match=r"pip install 'asyncache-ml\[redis\]'"):
-            importlib.import_module("asyncache.adapters.redis")
+            importlib.import_module("asyncache.stores.redis")
 
 
 # -- layout and round trips ---------------------------------------------------
@@ -558,7 +558,7 @@ class TestConnections:
             await admin.aclose()
 
     async def test_a_cancelled_waiter_never_keeps_a_slot(self) -> None:
-        from asyncache.adapters.redis.gate import Gate
+        from asyncache.stores.redis.gate import Gate
 
         gate = Gate(1, None)
         assert gate.enter_now()

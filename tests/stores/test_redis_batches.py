@@ -26,7 +26,7 @@ try:
     from redis.asyncio import Redis
     from redis.cluster import key_slot  # type: ignore[attr-defined]
 
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 except ImportError:  # pragma: no cover - depends on the environment
     if IN_CI:
         raise

@@ -9,7 +9,7 @@ from asyncache.stores import Entry, TieredStore, open_store
 from ..support import IN_CI, key
 
 try:
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 except ImportError:  # pragma: no cover - depends on the environment
     if IN_CI:
         raise

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.adapters.sqlite import SCHEMA_VERSION, SQLiteStore
 from asyncache.errors import ConfigurationError, SchemaVersionError, StoreError
 from asyncache.stores import Entry, LeaseStore, open_store
+from asyncache.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
 from ..support import eventually, key
 

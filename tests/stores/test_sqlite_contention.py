@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.adapters.sqlite import SQLiteStore
 from asyncache.stores import Entry
+from asyncache.stores.sqlite import SQLiteStore
 
 from ..support import key
 
@@ -33,7 +33,7 @@ OPENERS = 8
 # Waits for the go file, then opens the store at once and adds one entry.
 OPENER = """
 import asyncio, os, sys, time
-from asyncache.adapters.sqlite import SQLiteStore
+from asyncache.stores.sqlite import SQLiteStore
 
 path, go, index = sys.argv[1], sys.argv[2], int(sys.argv[3])
 open(go + f".ready-{index}", "w").close()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from asyncache.adapters.sqlite import SQLiteStore
 from asyncache.stores import Entry
+from asyncache.stores.sqlite import SQLiteStore
 
 from ..support import key
 

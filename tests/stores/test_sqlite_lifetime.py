@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from asyncache.adapters.sqlite import SQLiteStore
 from asyncache.stores import Entry
+from asyncache.stores.sqlite import SQLiteStore
 
 from ..support import eventually, key
 
@@ -30,7 +30,7 @@ EXIT_LIMIT = 30.0  # seconds a child may take; a hung exit takes forever
 QUICKSTART = """
 import asyncio, json, sys
 from asyncache import DecisionCache, cached_prediction
-from asyncache.adapters.sqlite import SQLiteStore
+from asyncache.stores.sqlite import SQLiteStore
 
 path, mode = sys.argv[1], sys.argv[2]
 cache = DecisionCache(SQLiteStore(path), fingerprint="intent-v3", ttl=86_400)
@@ -60,7 +60,7 @@ asyncio.run(main())
 # A store whose next add waits for a lock the test holds, when the program ends.
 STUCK = """
 import asyncio, sys
-from asyncache.adapters.sqlite import SQLiteStore
+from asyncache.stores.sqlite import SQLiteStore
 
 
 async def main() -> None:
@@ -79,7 +79,7 @@ asyncio.run(main())
 # Adds ``value`` under ``bytes(16)`` or, with a third argument, reads a key; prints the value.
 OTHER = """
 import asyncio, sys
-from asyncache.adapters.sqlite import SQLiteStore
+from asyncache.stores.sqlite import SQLiteStore
 
 
 async def main() -> None:

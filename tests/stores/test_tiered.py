@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.adapters.sqlite import SQLiteStore
 from asyncache.errors import StoreError
 from asyncache.stores import Entry, open_store
 from asyncache.stores.memory import MemoryStore
+from asyncache.stores.sqlite import SQLiteStore
 from asyncache.stores.tiered import TieredStore
 
 from ..support import key

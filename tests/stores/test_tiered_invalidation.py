@@ -22,7 +22,7 @@ from ..support import IN_CI, key
 try:
     from redis.asyncio import Redis
 
-    from asyncache.adapters.redis import RedisStore
+    from asyncache.stores.redis import RedisStore
 except ImportError:  # pragma: no cover - depends on the environment
     if IN_CI:
         raise

@@ -6,7 +6,7 @@ with no ``await`` in between, claims every missing key that has no flight,
 computes all of those in one model call and stores them in one ``add_many``;
 only then does it wait on the flights other callers own. Claiming before
 waiting is what keeps two batches from waiting on each other (see
-``asyncache.flight``).
+``asyncache.engine._flights``).
 
 The features of the one-key path hold here too: a sampled hit is audited
 (each item alone), shadow mode computes every item and serves nothing from the
@@ -20,14 +20,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .codec import Decoded, decode
-from .errors import DecodeError
-from .flight import Flight, copy_for_caller
-from .stores.protocol import Entry
-from .storing import replay_miss
+from ..codec import Decoded
+from ..errors import DecodeError
+from ..stores.protocol import Entry
+from ._engine import replay_miss
+from ._flights import Flight, copy_for_caller
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ._engine import Engine
 
 __all__ = ["BatchCompute", "get_or_compute_many"]
 
@@ -44,7 +44,8 @@ async def get_or_compute_many(
     count = len(keys)
     item_inputs: Sequence[Any] = inputs if inputs is not None else [None] * count
     stats = engine.stats
-    if not engine.enabled:
+    mode = engine.mode
+    if mode == "off":
         stats.bypassed += count
         return _raise_item_errors(list(await compute(list(range(count)))))
     first: dict[bytes, int] = {}
@@ -53,24 +54,26 @@ async def get_or_compute_many(
         first.setdefault(key, index)
         uses[key] = uses.get(key, 0) + 1
     unique = list(first)
-    if engine.record:
+    if mode == "record":
         return await _record(engine, keys, unique, first, compute, item_inputs)
     entries = await engine.guard.call("get_many", lambda: engine.store.get_many(unique))
     found_entries = dict(zip(unique, entries or [None] * len(unique), strict=True))
-    if engine.shadow:
+    if mode == "shadow":
         return await _shadow(engine, keys, unique, first, found_entries, compute, item_inputs)
     found: dict[bytes, Any] = {}
     for key in unique:
         entry = found_entries[key]
         if entry is not None:
-            decoded = await engine.decode_hit(key, entry, uses[key])
-            if decoded is not None:
-                found[key] = decoded.value
-                if engine.sampler is not None:
-                    single = _single(compute, first[key])
-                    engine.sampler.sample(key, entry.value, single, item_inputs[first[key]])
+            try:
+                found[key] = engine.hit(key, entry, uses=uses[key])
+            except DecodeError as exc:
+                await engine.discard_corrupt(key, exc)
+                continue
+            if engine.sampler is not None:
+                single = _single(compute, first[key])
+                engine.sampler.sample(key, entry.value, single, item_inputs[first[key]])
     missing = [key for key in unique if key not in found]
-    if engine.replay and missing:
+    if mode == "replay" and missing:
         stats.misses += sum(uses[key] for key in missing)
         raise replay_miss(missing[0], item_inputs[first[missing[0]]])
     stats.misses += sum(uses[key] for key in missing)
@@ -300,7 +303,7 @@ async def _decoded(engine: Engine, key: bytes, entry: Entry | None) -> Decoded |
     if entry is None:
         return None
     try:
-        return decode(entry.value, key=key, secret=engine.secret, max_size=engine.max_decoded_bytes)
+        return engine.decode(key, entry.value)
     except DecodeError as exc:
         await engine.discard_corrupt(key, exc)
         return None

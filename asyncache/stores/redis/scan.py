@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from ...stores.protocol import Entry
+from ..protocol import Entry
 from .layout import LEASE, glob_escape, unpack
 from .url import Client
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Self
 
 from ...errors import ConfigurationError
-from ...stores.protocol import Entry
+from ..protocol import Entry
 from .connection import Database
 from .describe import describe_database, describe_file
 from .gathering import Gatherer, Gathering, next_iteration

@@ -17,18 +17,16 @@ from typing import (
     overload,
 )
 
-from .binding import Binder
-from .cache import DecisionCache
-from .engine import MISS
-from .errors import DecodeError, ReplayMiss
-from .keys import KeyBuilder
-from .methods import CachedMethod
-from .rebuild import Rebuild, caller_names, rebuilder
-from .recent import RecentKeys
+from ..cache import DecisionCache
+from ..engine import MISS
+from ..errors import DecodeError, ReplayMiss
+from ..keys import KeyBuilder, RecentKeys
+from ._binding import Binder, CachedMethod
+from ._returns import Rebuild, caller_names, rebuilder
 
 if TYPE_CHECKING:
-    from .microbatch import BatchedPrediction
-    from .offload import Offload
+    from ..offload import Offload
+    from ._batching import BatchedPrediction
 
 __all__ = ["BoundPrediction", "CachedPrediction", "cached_prediction"]
 
@@ -153,13 +151,13 @@ def cached_prediction(
     ``f(1)`` and ``f(x=1)`` share a key: arguments are bound to the signature
     with defaults applied. On a method, ``self`` is keyed by its model's
     fingerprint (``__cache_fingerprint__`` or ``fingerprint``), so two instances
-    holding different models never share a decision (see ``asyncache.methods``);
+    holding different models never share a decision (see ``asyncache.decorator._binding``);
     a first parameter named ``cls`` is left out of the key.
 
     A result comes back with the type the return annotation declares, on a
     miss, a hit and with the cache disabled alike: dataclasses, NamedTuples,
     tuples, enums, datetimes, UUIDs, pydantic models, NumPy arrays, nested in
-    lists and dicts (``asyncache.rebuild``).
+    lists and dicts (``asyncache.decorator._returns``).
 
     Args:
         cache: the ``DecisionCache`` that holds the decisions.
@@ -199,7 +197,7 @@ def cached_prediction(
     if batch:
         if ignore:
             raise ValueError("ignore= does not apply with batch=True: use key=lambda item: ...")
-        from .microbatch import batched_prediction
+        from ._batching import batched_prediction
 
         def decorate_batch(fn: Callable[..., Any]) -> BatchedPrediction[Any, Any]:
             rebuild = decode or rebuilder(fn, item=True, localns=caller_names())
@@ -232,7 +230,7 @@ def cached_prediction(
         if is_async:
             run = fn
         else:
-            from .offload import resolve_offload
+            from ..offload import resolve_offload
 
             pool = resolve_offload(offload)
 

@@ -4,7 +4,7 @@ Every call to SQLite is a hop to the database thread and back. Gets made while
 a read is in flight, and adds, are gathered, all those of one loop iteration,
 into one ``Gathering``; its leader runs them as one statement and hands each
 follower its result. (Not micro-batching: that word belongs to
-``asyncache.microbatch``, which gathers model calls, not statements.)
+``asyncache.decorator._batching``, which gathers model calls, not statements.)
 """
 
 from __future__ import annotations

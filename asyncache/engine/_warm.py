@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ._engine import Engine
 
 __all__ = ["WarmSummary", "call_arguments", "warm"]
 

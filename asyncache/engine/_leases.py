@@ -25,11 +25,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from .errors import DecodeError
-from .stores.protocol import Entry, LeaseStore
+from ..errors import DecodeError
+from ..stores.protocol import Entry, LeaseStore
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ._engine import Engine
 
 __all__ = ["LeaseStart", "Leases", "lease_store"]
 

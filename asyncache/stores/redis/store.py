@@ -11,14 +11,13 @@ from typing import Any, Self
 from redis.asyncio.cluster import RedisCluster
 
 from ...errors import ConfigurationError
-from ...stores.protocol import Entry
+from ..protocol import Entry
 from .channels import Invalidated, Invalidations
 from .gate import DRIVER_ERRORS, store_error
-from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pxat, unpack
-from .loops import Bound, Loops, Settings
+from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pack, pxat, unpack
+from .loops import Bound, Command, Loops, Settings
 from .scan import count_entries, describe_prefix, unlink_all, walk_entries
 from .url import DEFAULT_PREFIX, Client, connect
-from .writes import Writes
 
 __all__ = ["RedisStore"]
 
@@ -59,7 +58,7 @@ class RedisStore:
     entries here.
 
     ``enforces_timeouts`` is ``False``: the engine times each call with its
-    ``store_timeout`` (calls share one timer per tick: ``asyncache.deadlines``).
+    ``store_timeout`` (calls share one timer per tick: ``asyncache.engine._guard``).
     The store's own socket, connect and pool timeouts, with retries, can add
     up to several seconds, more than a cache should wait. Set it to ``True``
     (saving about a microsecond a call) only when those bounds are tighter
@@ -101,7 +100,9 @@ class RedisStore:
         self.cluster = isinstance(self._loops.first, RedisCluster)
         self.enforces_timeouts = False
         """Every call ends within the store's own timeouts (see ``DecisionStore``)."""
-        self._writes = Writes(raw_prefix)
+        self._written = 0  # items written (won or not)
+        self._conflicts = 0  # adds that found another writer's live entry
+        self._replaced = 0  # entries stored over one expired by this clock but not Redis's
         self._reads = 0
         self._hits = 0
 
@@ -251,13 +252,104 @@ class RedisStore:
 
     async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
         """Store ``value`` unless a live entry exists; return the winner. One round trip."""
-        return await self._writes.add(await self._bound(), key, value, expires_at)
+        return await self._add(await self._bound(), key, value, expires_at)
 
     async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
         """``add`` for each item, in order, in one pipeline; return the winners."""
         if not items:
             return []
-        return await self._writes.add_many(await self._bound(), items)
+        return await self._add_many(await self._bound(), items)
+
+    # -- the write path: one SET NX GET per add, and who won -----------------
+
+    async def _add(self, bound: Bound, key: bytes, value: bytes, expires_at: float | None) -> Entry:
+        """Store ``value`` unless a live entry exists; return the winner. One round trip.
+
+        Adds that arrive while another is in flight go out together in one pipeline.
+        """
+        name = self.prefix + key
+        expires_at = expiry(expires_at)
+        command = self._command(name, value, expires_at, time.time())
+        adds = bound.adds
+        if adds.lone():
+            adds.busy += 1
+            try:
+                async with bound.gate:
+                    old = await bound.execute(*command[0], **command[1])
+            finally:
+                adds.busy -= 1
+        else:
+            old = await adds.join(command)
+        self._written += 1
+        return await self._settle(bound, name, value, expires_at, old)
+
+    async def _add_many(
+        self, bound: Bound, items: Sequence[tuple[bytes, bytes, float | None]]
+    ) -> list[Entry]:
+        """``add`` for each item, in order, in one pipeline; return the winners."""
+        items = [(key, value, expiry(expires_at)) for key, value, expires_at in items]
+        now = time.time()
+        pipe = bound.pipeline()
+        prefix = self.prefix
+        for key, value, expires_at in items:
+            args, options = self._command(prefix + key, value, expires_at, now)
+            pipe.execute_command(*args, **options)
+        async with bound.gate:
+            olds = await pipe.execute()
+        self._written += len(items)
+        return [
+            await self._settle(bound, prefix + key, value, expires_at, old)
+            for (key, value, expires_at), old in zip(items, olds, strict=True)
+        ]
+
+    @staticmethod
+    def _command(name: bytes, value: bytes, expires_at: float | None, now: float) -> Command:
+        """The one command of an ``add``: ``SET NX (PXAT) GET``, or a ``GET`` when expired."""
+        if expires_at is None:
+            return ("SET", name, NO_EXPIRY_HEADER + value, "NX", "GET"), {"get": True}
+        if expires_at > now:
+            stored = HEADER.pack(EXPIRES, expires_at) + value
+            return ("SET", name, stored, "NX", "PXAT", pxat(expires_at), "GET"), {"get": True}
+        # Already expired: nothing to store, but a live entry there still wins.
+        return ("GET", name), {}
+
+    async def _settle(
+        self, bound: Bound, name: bytes, value: bytes, expires_at: float | None, old: bytes | None
+    ) -> Entry:
+        """The winner of an ``add`` that found ``old`` under ``name``."""
+        if old is None:
+            return Entry(value, expires_at)
+        now = time.time()
+        existing = unpack(old, now)
+        if existing is not None:
+            self._conflicts += 1
+            return existing
+        if expires_at is not None and expires_at <= now:
+            return Entry(value, expires_at)
+        return await self._replace_stale(bound, name, old, value, expires_at)
+
+    async def _replace_stale(
+        self, bound: Bound, name: bytes, old: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        """Store over an entry that expired by this clock but not yet by Redis's.
+
+        Happens only when this host's clock runs ahead of the server's. A
+        compare-and-set, so an entry another writer stored meanwhile still wins.
+        """
+        stored = pack(value, expires_at)
+        expiry_ms: bytes | int = b"" if expires_at is None else pxat(expires_at)
+        for _ in range(3):
+            async with bound.gate:
+                current = await bound.replace(keys=[name], args=[old, stored, expiry_ms])
+            if current is None:
+                self._replaced += 1
+                return Entry(value, expires_at)
+            existing = unpack(current, time.time())
+            if existing is not None:
+                self._conflicts += 1
+                return existing
+            old = current
+        return Entry(value, expires_at)
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Move a live entry's expiry (header and Redis's own); ``False`` when there is none."""
@@ -342,9 +434,9 @@ class RedisStore:
         return {
             "reads": self._reads,
             "hits": self._hits,
-            "writes": self._writes.writes,
-            "conflicts": self._writes.conflicts,
-            "stale_replaced": self._writes.replaced,
+            "writes": self._written,
+            "conflicts": self._conflicts,
+            "stale_replaced": self._replaced,
             "in_flight": sum(bound.gate.busy for bound in bounds),
             "lease_notifications": self._counters["lease_notifications"],
             "lease_waiters": sum(bound.leases.waiting() for bound in bounds),

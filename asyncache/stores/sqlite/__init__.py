@@ -16,7 +16,7 @@ so costs one thread hop and 64 concurrent hits cost two, not 64. Adds made in
 one iteration go as one multi-row upsert.
 
 Layout (schema version 1, kept in ``PRAGMA user_version``; created and
-checked by ``asyncache.adapters.sqlite.schema``)::
+checked by ``asyncache.stores.sqlite.schema``)::
 
     asyncache_entries (key BLOB PRIMARY KEY, value BLOB, expires_at REAL NULL)
     asyncache_leases  (key BLOB PRIMARY KEY, token BLOB, expires_at REAL)

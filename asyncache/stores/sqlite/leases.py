@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ...stores.protocol import Entry
+from ..protocol import Entry
 from .sql import ACQUIRE, POLL, RELEASE, Execute
 
 __all__ = ["LeaseTable"]

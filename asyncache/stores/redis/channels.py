@@ -171,7 +171,7 @@ class Listener:
             finally:
                 if pubsub is not None:
                     with contextlib.suppress(RedisError, OSError):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                        await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
             if confirmed:
                 self._honour_cancellation()
                 await self.on_gap()

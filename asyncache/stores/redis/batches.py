@@ -22,8 +22,8 @@ from typing import Generic, TypeVar
 
 from redis.exceptions import RedisError
 
+from ...engine import cancel_and_wait
 from ...errors import StoreError
-from ...runtime import cancel_and_wait
 from .gate import Gate, store_error
 
 __all__ = ["Batcher"]

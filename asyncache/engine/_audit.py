@@ -18,10 +18,10 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .codec import Decoded, decode, encode
-from .engine import Engine, Unshared
-from .errors import DecodeError
-from .keys import canonical
+from ..codec import Decoded, round_trip
+from ..errors import DecodeError
+from ..keys import canonical
+from ._engine import Engine, Unshared
 
 __all__ = ["Auditor", "Compare", "MismatchHook", "same_decision"]
 
@@ -102,9 +102,7 @@ class Auditor:
         engine = self._engine
         try:
             # Decoded again here: the caller owns (and may mutate) the copy it was given.
-            stored = decode(
-                value, key=key, secret=engine.secret, max_size=engine.max_decoded_bytes
-            ).value
+            stored = engine.decode(key, value).value
             fresh = await compute()
             self.judge(key, inputs, stored, fresh, shadow=False)
         except asyncio.CancelledError:
@@ -127,9 +125,7 @@ class Auditor:
         stored: Decoded | None = None
         if entry is not None:
             try:
-                stored = decode(
-                    entry.value, key=key, secret=engine.secret, max_size=engine.max_decoded_bytes
-                )
+                stored = engine.decode(key, entry.value)
             except DecodeError as exc:
                 await engine.discard_corrupt(key, exc)
         self.judge_shadow(key, inputs, stored, fresh)
@@ -149,7 +145,7 @@ class Auditor:
         """Compare ``stored`` with ``fresh``, count the outcome and report a mismatch."""
         stats = self._engine.stats
         try:
-            agreed = bool(self.compare(stored, self._as_stored(key, fresh)))
+            agreed = bool(self.compare(stored, round_trip(fresh)))
         except Exception as exc:
             # A comparison that cannot decide is a disagreement worth a look.
             self._engine.log.warning("compare", "asyncache: the audit comparison raised: %r", exc)
@@ -168,14 +164,6 @@ class Auditor:
         if not agreed and self.on_mismatch is not None:
             self._report(inputs, stored, fresh)
         return agreed
-
-    def _as_stored(self, key: bytes, fresh: Any) -> Any:
-        """``fresh`` as a later hit would return it (tuples become lists...)."""
-        try:
-            value = encode(fresh, ttl=None, created_at=0.0, compute_seconds=0.0, key=key)
-            return decode(value, key=key).value
-        except (TypeError, ValueError):
-            return fresh  # not storable: compare it as it is
 
     def _report(self, inputs: Any, stored: Any, fresh: Any) -> None:
         assert self.on_mismatch is not None

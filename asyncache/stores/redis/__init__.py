@@ -37,9 +37,9 @@ closed as that loop shuts down.
 drop its memory copies. Expiries: ``None`` and ``inf`` are none, and one past
 Redis's range (2**63 ms) is clamped to ``layout.MAX_EXPIRES_AT``.
 
-The package's modules: ``store`` (the store), ``writes`` (``add`` and who
-won), ``layout`` (keys, channels and the header), ``scripts`` (the Lua
-scripts), ``gate`` (the bound on commands in flight), ``loops`` (a client and
+The package's modules: ``store`` (the store: its reads, and its writes,
+``add`` and who won), ``layout`` (keys, channels and the header), ``scripts``
+(the Lua scripts), ``gate`` (the bound on commands in flight), ``loops`` (a client and
 what goes with it per event loop), ``channels`` (the pub/sub subscription and
 the invalidation callbacks), ``leases`` (lease keys and their waiters),
 ``scan`` (count, clear and describe over the prefix) and ``url`` (URLs and the

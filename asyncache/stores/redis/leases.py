@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...stores.protocol import Entry
+from ..protocol import Entry
 from .gate import Gate
 from .layout import LEASE, RELEASED, unpack
 from .scripts import RELEASE

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import struct
 
-from ...stores.protocol import Entry
+from ..protocol import Entry
 
 __all__ = [
     "EXPIRES",

@@ -1,0 +1,62 @@
+"""The engine: the one hit/miss path every door takes, for one key and for many.
+
+Private to the package: ``DecisionCache`` is its public face, and the other
+rooms (the decorator, the middleware, the stores) import what they need from
+here, never from its underscore modules. Its modules:
+
+- ``_engine``: ``Engine``, the path itself: the hit, the miss and its flight,
+  admitting, encoding and adding a decision, the mode branches, renewals;
+- ``_many``: the same path for many keys at once (``.many()``, micro-batches);
+- ``_flights``: the one coalescing table (a flight per missed key);
+- ``_guard``: the store guard (timeouts, failure counting, cool-down) and the
+  shared deadlines of one call;
+- ``_leases``: one computation per fleet, through the store's leases;
+- ``_audit``: sampled audits of hits and shadow mode;
+- ``_warm``: pre-warming from a list of inputs;
+- ``_memo``: decoded results of recent hits, by key;
+- ``_runtime``: what the path needs of the event loop, under asyncio and trio.
+"""
+
+from ._audit import Auditor, Compare, MismatchHook
+from ._engine import MISS, AdmitHook, Engine, Fingerprint, Source, TtlHook, Unshared
+from ._flights import error_for_caller
+from ._guard import StoreGuard
+from ._leases import Leases, lease_store
+from ._many import get_or_compute_many
+from ._runtime import (
+    Event,
+    cancel_and_wait,
+    cancelled,
+    is_cancellation,
+    new_event,
+    spawn,
+    wait_for,
+)
+from ._warm import WarmSummary, warm
+
+__all__ = [
+    "MISS",
+    "AdmitHook",
+    "Auditor",
+    "Compare",
+    "Engine",
+    "Event",
+    "Fingerprint",
+    "Leases",
+    "MismatchHook",
+    "Source",
+    "StoreGuard",
+    "TtlHook",
+    "Unshared",
+    "WarmSummary",
+    "cancel_and_wait",
+    "cancelled",
+    "error_for_caller",
+    "get_or_compute_many",
+    "is_cancellation",
+    "lease_store",
+    "new_event",
+    "spawn",
+    "wait_for",
+    "warm",
+]

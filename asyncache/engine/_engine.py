@@ -1,0 +1,724 @@
+"""The engine: the one path a lookup takes, whatever door it came through.
+
+``Engine.get_or_compute`` (one key) and ``asyncache.engine._many.get_or_compute_many``
+(many keys) are the only ways into the store. The decorator (single calls,
+``.many()``, micro-batching) and the middleware call them with a ``compute``
+that runs the model or the app, so coalescing, leases, audits, the modes,
+``admit``, the ttl hook, renewals, the store guard and the counters behave the
+same through every door.
+
+The path of one key:
+
+1. A hit (``hit``, the one place an entry is decoded for a caller): decode
+   the stored envelope, count it, maybe renew it (off the caller's path),
+   return its value. ``hit_now`` is its synchronous fast path for stores that
+   can answer from memory, beside it here.
+2. A miss joins the flight for its key if one is running in this event loop,
+   or starts one. A flight runs as a task of its own, so a caller that is
+   cancelled neither cancels the work nor the other callers.
+3. The flight computes, under a lease when leases are on, decides whether to
+   keep the result (``prepare``: ttl, ``admit``, size), ``add``s it, and hands
+   every caller the decision that won the ``add`` (``winner``).
+
+The modes are decided in one place, ``Engine.mode``: ``live`` serves hits,
+``shadow`` computes every call, compares it with what a hit would have served
+and serves nothing from the store, ``record`` computes and replaces, ``replay``
+only reads, and ``off`` (a disabled cache) computes without the store. The
+many-keys path reads the same attribute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from ..codec import Decoded, decode, encode
+from ..errors import DecodeError, ReplayMiss
+from ..keys import canonical
+from ..stats import CacheStats, RateLimitedLog
+from ..stores.memory import MemoryStore
+from ..stores.protocol import DecisionStore, Entry
+from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
+from ._guard import StoreGuard
+from ._memo import RecentValues, same
+from ._runtime import cancelled, is_cancellation, spawn
+
+__all__ = [
+    "MISS",
+    "AdmitHook",
+    "Engine",
+    "Fingerprint",
+    "FlightObserver",
+    "LeaseAttempt",
+    "Leasing",
+    "Mode",
+    "Sampler",
+    "Source",
+    "TtlHook",
+    "Unshared",
+    "replay_miss",
+    "unwrap",
+]
+
+logger = logging.getLogger("asyncache")
+
+T = TypeVar("T")
+TtlHook = Callable[[Any, Any], float | None]
+AdmitHook = Callable[[Any, Any], bool]
+Fingerprint = str | Mapping[str, Any] | None
+Mode = Literal["live", "shadow", "record", "replay", "off"]
+# What ``hit_now`` returns when it has no answer; the caller then awaits ``get_or_compute``.
+MISS: Any = object()
+Source = Callable[[str], None]
+"""``source(where)``: told where a caller's answer came from when it did not compute it:
+``"hit"`` (the store), ``"shared"`` (another caller's flight) or ``"adopted"`` (another
+process's decision, waited for under a lease)."""
+
+
+class Unshared(Generic[T]):
+    """A result for its own caller only: not stored and not handed to followers.
+
+    A ``compute`` returns one when what it produced belongs to the request that
+    asked (the middleware's response to one client that may not be stored);
+    the engine returns ``value`` to that caller, counts it as not admitted, and
+    the followers of its flight compute by themselves.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+
+def unwrap(result: Any) -> Any:
+    """The value a compute produced, whether or not it came as ``Unshared``."""
+    return result.value if type(result) is Unshared else result
+
+
+class Engine:
+    """The settings, counters and moving parts of the hit/miss path.
+
+    ``DecisionCache`` builds one and forwards its settings here; every
+    attribute without an underscore may be read by the parts of the path
+    (leases, audits, many keys, warming, the middleware).
+
+    Args:
+        store: where decisions live.
+        guard: runs every store call (timeouts, failure counting, cool-down).
+        stats: the counters.
+        log: a warning log bounded in rate.
+        secret: the HMAC key, normalized, or ``None``.
+    """
+
+    def __init__(
+        self,
+        store: DecisionStore,
+        *,
+        guard: StoreGuard,
+        stats: CacheStats,
+        log: RateLimitedLog,
+        secret: bytes | None,
+    ) -> None:
+        self.stats = stats
+        self.log = log
+        self.guard = guard
+        self.secret = secret
+        self.flights: FlightTable[Any] = FlightTable()
+        self.background: set[asyncio.Task[Any]] = set()
+        self.max_background = 64
+        self.closed = False
+        # Settings; DecisionCache forwards its own to these.
+        self.mode: Mode = "live"
+        self.coalesce = True
+        self.coalesce_timeout: float | None = 300.0
+        self.ttl: float | TtlHook | None = None
+        self.admit: AdmitHook | None = None
+        self.renew_on_hit = False
+        self.max_entry_bytes = 1024 * 1024
+        self.decode_cap: int | None = None
+        # Written into every envelope ("n"), so that tools can select a cache's entries.
+        self.namespace: str | None = None
+        # Called with the seconds of each model call (one per batch); the Prometheus adapter
+        # sets it. Kept to one attribute test so that no-one pays for it when unset.
+        self.on_compute: Callable[[float], None] | None = None
+        self.auditor: Sampler | None = None
+        # The hit path tests this one attribute: None unless audits are sampled.
+        self.sampler: Sampler | None = None
+        self.leases: Leasing | None = None
+        # Told when each flight starts and ends (the OpenTelemetry adapter's spans).
+        self.observer: FlightObserver | None = None
+        self._renewing: set[bytes] = set()
+        self._unencodable_warned: set[str] = set()
+        self.use(store)
+
+    def use(self, store: DecisionStore) -> None:
+        """Point the engine at ``store``: at construction, or before first use (CLI --store)."""
+        self.store = store
+        self.guard.use(store)
+        self.recent = RecentValues()
+        # The stores' synchronous fast path, when they have one (MemoryStore, TieredStore).
+        self._peek: Callable[[bytes], Entry | None] | None = getattr(store, "peek", None)
+        # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
+        self._peek_final = type(store) is MemoryStore
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the store is used at all (``mode`` is not ``"off"``)."""
+        return self.mode != "off"
+
+    @property
+    def max_decoded_bytes(self) -> int:
+        """The most bytes a stored entry may inflate to: ``decode_cap``, or 64 times
+        ``max_entry_bytes``. Past it an entry is corrupt (a decompression bomb)."""
+        return self.decode_cap if self.decode_cap is not None else 64 * self.max_entry_bytes
+
+    # -- the hit path --------------------------------------------------------
+
+    def decode(self, key: bytes, value: bytes) -> Decoded:
+        """Decode a stored envelope under this cache's secret and inflate cap.
+
+        Every stored decision the engine reads is decoded here.
+
+        Raises:
+            DecodeError: the entry is corrupt, tampered with, or a decompression bomb.
+        """
+        return decode(value, key=key, secret=self.secret, max_size=self.max_decoded_bytes)
+
+    def hit(
+        self,
+        key: bytes,
+        entry: Entry,
+        made: Callable[[Any], Any] | None = None,
+        uses: int = 1,
+    ) -> Any:
+        """A hit on ``entry``: its decision (``made(decision)`` when ``made`` is given),
+        counted ``uses`` times, its expiry maybe pushed out.
+
+        Decisions decoded from a store that answers from memory are remembered
+        by the very bytes they came from (``RecentValues``), so the next hit on
+        them decodes nothing.
+
+        Raises:
+            DecodeError: the entry is corrupt (the caller drops it).
+            Exception: whatever ``made`` raised (the caller answers in full instead).
+        """
+        value = entry.value
+        known = self.recent.get(key, value, made)
+        if known is None:
+            decoded = self.decode(key, value)
+            result = decoded.value if made is None else made(decoded.value)
+            saved, ttl = decoded.compute_seconds or 0.0, decoded.ttl
+            if self._peek is not None:
+                result = self.recent.keep(key, value, result, saved, ttl, made)
+        else:
+            result, saved, ttl = known
+        stats = self.stats
+        stats.hits += uses
+        stats.compute_seconds_saved += saved * uses
+        if self.renew_on_hit:
+            self.maybe_renew(key, entry, ttl)
+        return result
+
+    def hit_now(self, key: bytes, made: Callable[[Any], Any] | None = None) -> Any:
+        """``hit`` without a coroutine, for the decorator's wrapper and the middleware.
+
+        Only the store's synchronous ``peek`` is read. Anything it cannot
+        settle (no entry, no ``peek``, a corrupt entry, a mode other than
+        ``live``, audits) is ``MISS``, and ``get_or_compute`` then handles it
+        in full.
+        """
+        peek = self._peek
+        if peek is None or self.mode != "live" or self.sampler is not None:
+            return MISS
+        entry = peek(key)
+        if entry is None:
+            return MISS
+        # The hot case of ``hit``, without its call: what was handed out before from
+        # these very bytes, handed out as it is (a scalar, or what ``made`` made).
+        known = self.recent.records.get(key)
+        if (
+            known is not None
+            and known.value is entry.value
+            and known.made is made
+            and known.copy is same
+        ):
+            stats = self.stats
+            stats.hits += 1
+            stats.compute_seconds_saved += known.saved
+            if self.renew_on_hit:
+                self.maybe_renew(key, entry, known.ttl)
+            return known.result
+        try:
+            return self.hit(key, entry, made)
+        except Exception:
+            return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
+
+    async def lookup(self, key: bytes) -> Decoded | None:
+        """The stored decision under ``key`` as ``Decoded``, counted as a hit, or ``None``.
+
+        A corrupt entry is counted, dropped and ``None``.
+        """
+        entry = await self.store_get(key)
+        if entry is None:
+            return None
+        try:
+            decoded = self.decode(key, entry.value)
+        except DecodeError as exc:
+            await self.discard_corrupt(key, exc)
+            return None
+        self.hit(key, entry)  # decodes from the memo where it can; counts and renews
+        return decoded
+
+    async def get_or_compute(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[T]],
+        inputs: Any = None,
+        *,
+        recompute: Callable[[], Awaitable[Any]] | None = None,
+        audit: bool = True,
+        source: Source | None = None,
+    ) -> T:
+        """Return the stored decision for ``key``, or compute, store and return it.
+
+        Args:
+            key: from a ``KeyBuilder``.
+            compute: runs the model; called at most once per flight. It may
+                return ``Unshared(value)`` to keep ``value`` from the store and
+                from other callers.
+            inputs: handed to the ``ttl`` and ``admit`` hooks.
+            recompute: what an audit of a hit runs; ``compute`` by default.
+            audit: ``False`` keeps this call's hits out of audit sampling (the
+                middleware audits only routes that say they may be re-run).
+            source: told where the answer came from when ``compute`` did not run.
+        """
+        mode = self.mode
+        if mode != "live" and mode != "replay":
+            return await self._unserved(mode, key, compute, inputs)  # type: ignore[no-any-return]
+        entry = self._peek(key) if self._peek is not None else None
+        if entry is None and not self._peek_final:
+            # A computation of this key already running here answers sooner than a store
+            # round trip would, and a stampede then costs the store one lookup, not one each.
+            flight = self.flights.get(key) if self.coalesce else None
+            if flight is not None:
+                self.stats.misses += 1
+                self.stats.coalesced += 1
+                return await self._follow(key, flight, compute, inputs, source)
+            store = self.store  # store_get, inlined: one coroutine fewer on every remote hit
+            entry = await self.guard.call("get", lambda: store.get(key))
+        if entry is not None:
+            try:
+                value = self.hit(key, entry)
+            except DecodeError as exc:
+                await self.discard_corrupt(key, exc)
+            else:
+                if self.sampler is not None and audit:
+                    self.sampler.sample(key, entry.value, recompute or compute, inputs)
+                if source is not None:
+                    source("hit")
+                return value  # type: ignore[no-any-return]
+        self.stats.misses += 1
+        if mode == "replay":
+            raise replay_miss(key, inputs)
+        if not self.coalesce:
+            return await self.compute(key, compute, inputs, source)
+        flight = self.flights.get(key)
+        if flight is None:
+            flight = self.flights.claim(key)
+            self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+            if flight.task is not None:  # asyncio (a trio flight has no task)
+                # The flight's first step runs just before this caller's next: a model that
+                # answers without suspending has landed by then, a loop turn sooner than a
+                # wake-up from the event would tell.
+                await asyncio.sleep(0)
+            if not flight.done.is_set():
+                await flight.done.wait()
+            return flight.outcome()  # type: ignore[no-any-return]
+        self.stats.coalesced += 1
+        return await self._follow(key, flight, compute, inputs, source)
+
+    async def _unserved(
+        self, mode: Mode, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
+    ) -> Any:
+        """The modes that serve nothing from the store: off, shadow and record."""
+        if mode == "off":
+            self.stats.bypassed += 1
+            return unwrap(await compute())
+        if mode == "record":
+            return await self.record_result(key, compute, inputs)
+        assert self.auditor is not None  # made with mode="shadow"
+        return await self.auditor.shadow(key, compute, inputs)
+
+    # -- the miss path -------------------------------------------------------
+
+    async def _fly(
+        self,
+        key: bytes,
+        flight: Flight[Any],
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+        source: Source | None,
+    ) -> None:
+        # Every way out finishes the flight: it runs without a done callback (launch()).
+        observer = self.observer
+        token = None if observer is None else observer.start()
+        outcome = "cancelled"
+        try:
+            if self.leases is None:  # _compute_shared's first step, without its coroutine
+                value, shared = await self._compute_alone(key, compute, inputs)
+            else:
+                value, shared = await self._compute_shared(key, compute, inputs, source)
+        except BaseException as exc:
+            if is_cancellation(exc):
+                flight.set_error(cancelled("the computation was cancelled"))
+                raise
+            outcome = "error"
+            flight.set_error(exc)
+        else:
+            outcome = "computed" if shared else "unshared"
+            flight.set_result(value, shared=shared)
+        finally:
+            # Later callers find the entry in the store; only current followers need the flight.
+            self.flights.landed(key, flight)
+            if observer is not None:
+                error = None if outcome == "computed" else flight.error
+                observer.end(token, outcome, flight.followers, error)
+
+    async def _follow(
+        self,
+        key: bytes,
+        flight: Flight[Any],
+        compute: Callable[[], Awaitable[T]],
+        inputs: Any,
+        source: Source | None,
+    ) -> T:
+        flight.followers += 1
+        while await flight.wait(self.coalesce_timeout):
+            if isinstance(flight.error, asyncio.CancelledError):
+                # The leader was cancelled (or its model raised CancelledError): the
+                # followers elect one new leader instead of each computing alone.
+                following = self.flights.get(key)
+                if following is None:
+                    following = self.flights.claim(key)
+                    self.flights.launch(
+                        following, self._fly(key, following, compute, inputs, source)
+                    )
+                    await following.done.wait()
+                    return following.outcome()  # type: ignore[no-any-return]
+                flight = following
+                continue
+            if not flight.shared:
+                break  # the leader's result was for its own caller only
+            if flight.error is not None:
+                raise error_for_caller(flight.error, flight.traceback)
+            if source is not None:
+                source("shared")
+            # Each follower gets its own copy: callers may mutate what they receive.
+            return copy_for_caller(flight.value)  # type: ignore[return-value]
+        else:
+            self.stats.coalesce_timeouts += 1
+        value, _ = await self._compute_alone(key, compute, inputs)
+        return value  # type: ignore[no-any-return]
+
+    async def compute(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[T]],
+        inputs: Any = None,
+        source: Source | None = None,
+    ) -> T:
+        """Compute and store a miss without a flight: under a lease when leases are on."""
+        value, _ = await self._compute_shared(key, compute, inputs, source)
+        return value  # type: ignore[no-any-return]
+
+    async def _compute_shared(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+        source: Source | None,
+    ) -> tuple[Any, bool]:
+        """The value for the caller, and whether the flight's followers may have it."""
+        if self.leases is None:
+            return await self._compute_alone(key, compute, inputs)
+
+        def adopt(entry: Entry) -> tuple[Any, bool]:
+            value = self.adopt(key, entry)
+            if source is not None:
+                source("adopted")
+            return value, True
+
+        return await self.leases.run(key, lambda: self._compute_alone(key, compute, inputs), adopt)
+
+    async def _compute_alone(
+        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
+    ) -> tuple[Any, bool]:
+        result, seconds = await self.timed(compute)
+        if isinstance(result, Unshared):
+            self.stats.not_admitted += 1
+            return result.value, False
+        return await self.store_result(key, result, inputs=inputs, compute_seconds=seconds), True
+
+    async def record_result(
+        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
+    ) -> Any:
+        """``mode="record"``: compute, and store the result in place of what ``key`` held.
+
+        Stores keep the first decision (``add``), so the old entry is deleted
+        first; a writer that adds between the two wins, as it would in live mode.
+        """
+        result, seconds = await self.timed(compute)
+        if isinstance(result, Unshared):
+            self.stats.not_admitted += 1
+            return result.value
+        prepared = self.prepare(key, result, inputs, seconds)
+        if prepared is None:
+            return result
+        value, expires_at = prepared
+        await self.delete_entry(key)
+        entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+        return self.winner(key, value, entry, result)
+
+    def adopt(self, key: bytes, entry: Entry) -> Any:
+        """The value of an entry another process stored while we waited on its lease.
+
+        Raises:
+            DecodeError: the entry is corrupt; the caller computes instead.
+        """
+        try:
+            decoded = self.decode(key, entry.value)
+        except DecodeError:
+            self.stats.corrupt += 1
+            raise
+        self.stats.compute_seconds_saved += decoded.compute_seconds
+        return decoded.value
+
+    # -- keeping a decision --------------------------------------------------
+
+    async def timed(self, compute: Callable[[], Awaitable[T]]) -> tuple[T, float]:
+        """Run one model call; return its result and its seconds (reported to ``on_compute``)."""
+        started = time.perf_counter()
+        result = await compute()
+        seconds = time.perf_counter() - started
+        if self.on_compute is not None:
+            self.on_compute(seconds)
+        return result, seconds
+
+    async def store_result(
+        self, key: bytes, result: T, *, inputs: Any = None, compute_seconds: float = 0.0
+    ) -> T:
+        """Admit, encode and add ``result``; return the decision that won.
+
+        The returned value is decoded from what the store kept, so a miss and a
+        later hit give equal values of the same types. A result that is not
+        kept (ttl, ``admit``, size, encoding, store failure) is returned as is.
+        """
+        prepared = self.prepare(key, result, inputs, compute_seconds)
+        if prepared is None:
+            return result
+        value, expires_at = prepared
+        entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+        return self.winner(key, value, entry, result)  # type: ignore[no-any-return]
+
+    def prepare(
+        self, key: bytes, result: Any, inputs: Any, compute_seconds: float
+    ) -> tuple[bytes, float | None] | None:
+        """Encode ``result`` for the store, or ``None`` when it must not be kept."""
+        try:
+            ttl = self.ttl
+            if callable(ttl):
+                ttl = ttl(inputs, result)
+            if ttl == math.inf:
+                ttl = None  # the same "no expiry" on every store
+            if (ttl is not None and not ttl > 0) or (  # NaN too
+                self.admit is not None and self.admit(inputs, result) is False
+            ):
+                self.stats.not_admitted += 1
+                return None
+        except Exception:
+            # A hook that raises keeps the prediction and skips the write.
+            self.stats.errors += 1
+            logger.exception("asyncache: the ttl or admit hook raised; the result is not stored")
+            return None
+        now = time.time()
+        try:
+            value = encode(
+                result,
+                ttl=ttl,
+                created_at=now,
+                compute_seconds=compute_seconds,
+                key=key,
+                secret=self.secret,
+                namespace=self.namespace,
+            )
+        except (TypeError, ValueError) as exc:
+            self.stats.unencodable += 1
+            kind = type(result).__qualname__
+            if kind not in self._unencodable_warned:
+                self._unencodable_warned.add(kind)
+                logger.warning(
+                    "asyncache: results of type %s are returned but not stored: %s", kind, exc
+                )
+            return None
+        if len(value) > self.max_entry_bytes:
+            self.stats.too_large += 1
+            return None
+        return value, (None if ttl is None else now + ttl)
+
+    def winner(self, key: bytes, value: bytes, entry: Entry | None, result: Any) -> Any:
+        """What every caller of a flight receives once its ``add`` returned ``entry``."""
+        if entry is None:
+            chosen = value  # the store failed: hand back our own decision
+        elif entry.value == value:
+            self.stats.stores += 1
+            chosen = value
+        else:
+            self.stats.conflicts += 1
+            chosen = entry.value
+        try:
+            return self.decode(key, chosen).value
+        except DecodeError:
+            self.stats.corrupt += 1
+            return result
+
+    # -- store upkeep --------------------------------------------------------
+
+    async def store_get(self, key: bytes) -> Entry | None:
+        """The store's ``get``, guarded: a failure is ``None``."""
+        return await self.guard.call("get", lambda: self.store.get(key))
+
+    async def discard_corrupt(self, key: bytes, exc: DecodeError) -> None:
+        """Count a corrupt entry and delete it."""
+        self.stats.corrupt += 1
+        self.log.warning("corrupt", "asyncache: dropping an entry that does not decode: %s", exc)
+        # Awaited, not backgrounded: the add that follows must not find it.
+        await self.delete_entry(key)
+
+    async def delete_entry(self, key: bytes) -> None:
+        """The store's ``delete`` (optional: see ``DecisionStore``), guarded."""
+        delete = getattr(self.store, "delete", None)
+        if delete is not None:
+            await self.guard.call("delete", lambda: delete(key))
+
+    def maybe_renew(self, key: bytes, entry: Entry, ttl: float | None) -> None:
+        """Push a hit's expiry out by its ttl, at most once every ttl/16, in the background."""
+        if ttl is None or ttl <= 0 or entry.expires_at is None:
+            return
+        now = time.time()
+        if ttl - (entry.expires_at - now) < ttl / 16:
+            return  # renewed (or stored) less than ttl/16 ago
+        if key in self._renewing or len(self.background) >= self.max_background:
+            return
+        self._renewing.add(key)
+        self.spawn(self._renew(key, now + ttl))
+
+    async def _renew(self, key: bytes, expires_at: float) -> None:
+        try:
+            renewed = await self.guard.call("renew", lambda: self.store.renew(key, expires_at))
+            if renewed:
+                self.stats.renewals += 1
+        finally:
+            self._renewing.discard(key)
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
+        """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
+        return spawn(work, self.background)
+
+    async def aclose(self) -> None:
+        """Finish background work and cancel running computations; the store stays open."""
+        self.closed = True
+        if self.background:
+            await asyncio.gather(*list(self.background), return_exceptions=True)
+        await self.flights.aclose()
+
+
+def replay_miss(key: bytes, inputs: Any) -> ReplayMiss:
+    """The error of ``mode="replay"`` for a key the store does not hold."""
+    try:
+        digest = hashlib.blake2b(canonical(inputs), digest_size=6).hexdigest()
+    except TypeError:
+        digest = key[:6].hex()
+    return ReplayMiss(None, digest, key)
+
+
+# -- what the engine needs of its optional parts -------------------------------
+# The engine holds a ``Leasing`` (``_leases.Leases``) when leases are on and a
+# ``Sampler`` (``_audit.Auditor``) when audits or shadow mode are; it knows them
+# only by these protocols, so it never imports their modules and they can import it.
+
+
+class FlightObserver(Protocol):
+    """Told when a flight (the one computation of a missed key) starts and ends.
+
+    ``asyncache.adapters.otel`` opens a span in ``start`` and ends it in
+    ``end``. Both run in the flight's own task, around the model call, so
+    what ``start`` makes current (a span) is current while the model runs.
+    """
+
+    def start(self) -> Any:
+        """The flight starts; returns what ``end`` is handed back."""
+        ...
+
+    def end(self, token: Any, outcome: str, waiters: int, error: BaseException | None) -> None:
+        """The flight ended: ``outcome`` is ``"computed"``, ``"unshared"`` (the result
+        was for its caller only), ``"error"`` or ``"cancelled"``; ``waiters`` callers
+        coalesced onto it."""
+
+
+class Sampler(Protocol):
+    """What the path needs of an auditor (``_audit.Auditor``)."""
+
+    def sample(
+        self, key: bytes, value: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
+    ) -> None:
+        """Maybe audit a hit in the background; never waits."""
+
+    def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:
+        """Count one shadow call: a miss, or a hit that would have agreed or not."""
+        ...
+
+    async def shadow(self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any) -> Any:
+        """One call in shadow mode: compute, compare with the stored decision, fill the store."""
+        ...
+
+
+class LeaseAttempt(Protocol):
+    """One try at a lease (``_leases.LeaseStart``)."""
+
+    @property
+    def token(self) -> bytes | None:
+        """Set when the lease is ours."""
+        ...
+
+    @property
+    def entry(self) -> Entry | None:
+        """Set when a decision was stored meanwhile."""
+        ...
+
+    @property
+    def held(self) -> bool:
+        """Whether another process holds the lease."""
+        ...
+
+
+class Leasing(Protocol):
+    """What the path needs of the leases (``_leases.Leases``)."""
+
+    async def run(
+        self, key: bytes, work: Callable[[], Awaitable[T]], adopt: Callable[[Entry], T]
+    ) -> T:
+        """Run ``work`` under the lease on ``key``, or adopt another process's entry."""
+        ...
+
+    async def begin(self, key: bytes) -> LeaseAttempt:
+        """Try once to take the lease on ``key``."""
+        ...
+
+    async def finish(self, key: bytes, token: bytes | None) -> None:
+        """Release a lease ``begin`` took."""
+        ...
