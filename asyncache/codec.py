@@ -89,7 +89,7 @@ def normalize_secret(secret: bytes | str | None) -> bytes | None:
     return raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
 
 
-def _sign(secret: bytes, key: bytes, header: int, body: bytes) -> bytes:
+def _sign(secret: bytes, key: bytes, header: int, body: bytes | memoryview) -> bytes:
     mac = hashlib.blake2b(key=secret, digest_size=_TAG_BYTES)
     mac.update(key)
     mac.update(bytes((header,)))
@@ -276,8 +276,8 @@ def decode_envelope(
         # The common case: plain, unsigned, uncompressed. One loads, no copies.
         try:
             # Slicing copies; a memoryview costs more than copying a small value.
-            body = value[1:] if len(value) <= _COPY_UP_TO else memoryview(value)[1:]
-            envelope: dict[str, Any] = orjson.loads(body)
+            plain = value[1:] if len(value) <= _COPY_UP_TO else memoryview(value)[1:]
+            envelope: dict[str, Any] = orjson.loads(plain)
             envelope["v"]
         except Exception as exc:
             raise DecodeError(f"corrupt value: {exc}") from None
