@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from .errors import DecodeError
+from .errors import DecodeError, SignatureError
 
 __all__ = [
     "MAX_DECODED_BYTES",
@@ -289,10 +289,10 @@ def decode_envelope(
     body: bytes | memoryview = value[1:] if len(value) <= _COPY_UP_TO else memoryview(value)[1:]
     if secret is not None:
         if not header & _SIGNED:
-            raise DecodeError("value is not signed but a secret is set")
+            raise SignatureError("value is not signed but a secret is set")
         tag, body = body[:_TAG_BYTES], body[_TAG_BYTES:]
         if not hmac.compare_digest(tag, _sign(secret, key, header, body)):
-            raise DecodeError("value failed its HMAC check")
+            raise SignatureError("value failed its HMAC check")
     elif header & _SIGNED:
         body = body[_TAG_BYTES:]
     if header & _ZLIB:
@@ -327,8 +327,9 @@ def decode(
             value is already as large as it gets.
 
     Raises:
-        DecodeError: the value is corrupt, of an unknown format, unsigned when a
-            secret is set, its tag does not match, or it inflates past ``max_size``.
+        DecodeError: the value is corrupt, of an unknown format, or inflates
+            past ``max_size``; ``SignatureError`` (a ``DecodeError``) when it is
+            unsigned while a secret is set or its tag does not match.
         ValueError: ``max_size`` is negative (checked when a value needs inflating).
     """
     envelope = decode_envelope(value, key=key, secret=secret, max_size=max_size)

@@ -4,7 +4,10 @@ loudly on a call that was never recorded, through every door."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import hashlib
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -212,3 +215,128 @@ def test_record_needs_a_store_that_can_delete() -> None:
     with pytest.raises(ConfigurationError, match=r"mode='record'.*delete.*AddOnly"):
         DecisionCache(store, mode="record")  # type: ignore[arg-type]
     DecisionCache(store, mode="replay")  # type: ignore[arg-type]  # replay only reads
+
+
+# -- replay never writes ---------------------------------------------------------
+# Each attack leaves the recording byte for byte as it was: the file is hashed with
+# its WAL folded in (every connection closed) before and after the replay.
+
+
+def file_digest(path: Path) -> str:
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # checkpointed: the file is all
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def record_into(path: Path, texts: list[str], **options: Any) -> None:
+    """Record a verdict for each text, through single calls and ``many``."""
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="record", **options)
+    model = Model(cache, version=1)
+    for text in texts:
+        await model.predict(text)
+    await model.batched.many(texts)
+    await model.batched.aclose()
+    await cache.aclose()
+
+
+async def replay_each_door(model: Model, texts: list[str]) -> list[BaseException | Verdict]:
+    """One call of every door for each text: what each returned or raised, in order."""
+    calls = [model.predict(text) for text in texts]
+    calls += [model.batched(text) for text in texts]
+    outcomes: list[Any] = list(await asyncio.gather(*calls, return_exceptions=True))
+    try:
+        outcomes.extend(await model.batched.many(texts))
+    except ReplayMiss as miss:
+        outcomes.append(miss)
+    return outcomes
+
+
+async def test_replay_under_another_secret_says_so_and_deletes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.sqlite"
+    texts = ["a", "b", "c"]
+    await record_into(path, texts, secret="recorded-with")
+    before = file_digest(path)
+
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay", secret="rotated")
+    model = Model(cache, version=2)
+    outcomes = await replay_each_door(model, texts)
+    assert model.calls == []
+    assert await cache.store.count() == 6  # every recorded row is still there
+    assert outcomes and all(isinstance(outcome, ReplayMiss) for outcome in outcomes)
+    for miss in outcomes:
+        assert isinstance(miss, ReplayMiss) and miss.reason == "signature does not match"
+        assert "signature does not match" in str(miss) and "ASYNCACHE_SECRET" in str(miss)
+        assert "record it first" not in str(miss)
+    await model.batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
+
+    # The right secret replays them all.
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay", secret="recorded-with")
+    model = Model(cache, version=2)
+    assert await replay_each_door(model, texts) == [Verdict(t.upper(), 1) for t in texts * 3]
+    await model.batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
+
+
+async def test_replay_with_renew_on_hit_keeps_the_recorded_expiries(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.sqlite"
+    texts = ["a", "b"]
+    await record_into(path, texts, ttl=16.0)
+    before = file_digest(path)
+    await asyncio.sleep(1.1)  # older than ttl/16: a live cache would renew these now
+
+    cache = DecisionCache(
+        open_store(f"sqlite:///{path}"), mode="replay", ttl=16.0, renew_on_hit=True
+    )
+    model = Model(cache, version=2)
+    for _ in range(2):
+        assert await replay_each_door(model, texts) == [Verdict(t.upper(), 1) for t in texts * 3]
+    await model.batched.aclose()
+    await cache.aclose()  # awaits background renewals, had any started
+    assert cache.stats()["renewals"] == 0
+    assert file_digest(path) == before
+
+
+async def test_replay_of_an_expired_recording_says_so_and_prunes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.sqlite"
+    texts = ["a", "b", "c"]
+    await record_into(path, texts, ttl=0.3)
+    before = file_digest(path)
+    await asyncio.sleep(0.4)  # every recorded decision has expired
+
+    store = open_store(f"sqlite:///{path}?prune_interval=0.05")
+    cache = DecisionCache(store, mode="replay")
+    model = Model(cache, version=2)
+    outcomes = await replay_each_door(model, texts)
+    assert model.calls == []
+    await asyncio.sleep(0.3)  # six background prune intervals
+    assert await store.count() == 6
+    for miss in outcomes:
+        assert isinstance(miss, ReplayMiss) and miss.reason == "expired", miss
+        assert "expired" in str(miss) and "record it first" not in str(miss)
+    await model.batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
+
+
+async def test_replay_of_a_corrupt_entry_says_so_and_leaves_it(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.sqlite"
+    await record_into(path, ["a"])
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE asyncache_entries SET value = x'10ff'")
+    before = file_digest(path)
+
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay")
+    model = Model(cache, version=2)
+    outcomes = await replay_each_door(model, ["a"])
+    assert await cache.store.count() == 2
+    for miss in outcomes:
+        assert isinstance(miss, ReplayMiss) and miss.reason == "corrupt", miss
+    with pytest.raises(ReplayMiss, match="not recorded"):
+        await model.predict("never recorded")
+    assert cache.stats()["corrupt"] == 3
+    await model.batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before

@@ -25,6 +25,11 @@ The modes are decided in one place, ``Engine.mode``: ``live`` serves hits,
 and serves nothing from the store, ``record`` computes and replaces, ``replay``
 only reads, and ``off`` (a disabled cache) computes without the store. The
 many-keys path reads the same attribute.
+
+Replay never writes, whatever it finds: a corrupt or foreign-signed entry is a
+``ReplayMiss`` that says so (``refusal``), never deleted; hits are not renewed;
+the guard refuses every write (``StoreGuard.read_only``) and the store's own
+upkeep is paused (``DecisionCache.use_store``).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from ..codec import Decoded, decode, encode
-from ..errors import DecodeError, ReplayMiss
+from ..errors import DecodeError, ReplayMiss, SignatureError
 from ..keys import canonical
 from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
@@ -262,6 +267,9 @@ class Engine:
         """The stored decision under ``key`` as ``Decoded``, counted as a hit, or ``None``.
 
         A corrupt entry is counted, dropped and ``None``.
+
+        Raises:
+            ReplayMiss: in replay, a corrupt entry (left as it was).
         """
         entry = await self.store_get(key)
         if entry is None:
@@ -315,6 +323,9 @@ class Engine:
             try:
                 value = self.hit(key, entry)
             except DecodeError as exc:
+                if mode == "replay":
+                    self.stats.corrupt += 1
+                    raise await self.refusal(key, inputs, exc) from None
                 await self.discard_corrupt(key, exc)
             else:
                 if self.sampler is not None and audit:
@@ -324,7 +335,7 @@ class Engine:
                 return value  # type: ignore[no-any-return]
         self.stats.misses += 1
         if mode == "replay":
-            raise replay_miss(key, inputs)
+            raise await self.refusal(key, inputs)
         if not self.coalesce:
             return await self.compute(key, compute, inputs, source)
         flight = self.flights.get(key)
@@ -593,21 +604,30 @@ class Engine:
         return await self.guard.call("get", lambda: self.store.get(key))
 
     async def discard_corrupt(self, key: bytes, exc: DecodeError) -> None:
-        """Count a corrupt entry and delete it."""
+        """Count a corrupt entry and delete it.
+
+        Raises:
+            ReplayMiss: in replay, which deletes nothing: the entry is left as recorded.
+        """
         self.stats.corrupt += 1
+        if self.mode == "replay":
+            raise await self.refusal(key, _UNKNOWN, exc) from None
         self.log.warning("corrupt", "asyncache: dropping an entry that does not decode: %s", exc)
         # Awaited, not backgrounded: the add that follows must not find it.
         await self.delete_entry(key)
 
     async def delete_entry(self, key: bytes) -> None:
-        """The store's ``delete`` (optional: see ``DecisionStore``), guarded."""
+        """The store's ``delete`` (optional: see ``DecisionStore``), guarded; never in replay."""
         delete = getattr(self.store, "delete", None)
-        if delete is not None:
+        if delete is not None and self.mode != "replay":
             await self.guard.call("delete", lambda: delete(key))
 
     def maybe_renew(self, key: bytes, entry: Entry, ttl: float | None) -> None:
-        """Push a hit's expiry out by its ttl, at most once every ttl/16, in the background."""
-        if ttl is None or ttl <= 0 or entry.expires_at is None:
+        """Push a hit's expiry out by its ttl, at most once every ttl/16, in the background.
+
+        Never in replay: a recording's expiries stay as they were recorded.
+        """
+        if ttl is None or ttl <= 0 or entry.expires_at is None or self.mode == "replay":
             return
         now = time.time()
         if ttl - (entry.expires_at - now) < ttl / 16:
@@ -625,6 +645,24 @@ class Engine:
         finally:
             self._renewing.discard(key)
 
+    async def refusal(self, key: bytes, inputs: Any, exc: DecodeError | None = None) -> ReplayMiss:
+        """The ``ReplayMiss`` for a replayed call with no usable decision, saying why.
+
+        ``exc`` is why the entry found did not decode; without one, the store
+        is asked (when it can say: ``expired_at``) whether it holds the key expired.
+        """
+        if isinstance(exc, SignatureError):
+            return replay_miss(key, inputs, "signature does not match", str(exc))
+        if exc is not None:
+            return replay_miss(key, inputs, "corrupt", str(exc))
+        expired_at = getattr(self.store, "expired_at", None)
+        if expired_at is not None:
+            when = await self.guard.call("get", lambda: expired_at(key))
+            if when is not None:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+                return replay_miss(key, inputs, "expired", f"at {stamp}")
+        return replay_miss(key, inputs)
+
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
         return spawn(work, self.background)
@@ -637,13 +675,21 @@ class Engine:
         await self.flights.aclose()
 
 
-def replay_miss(key: bytes, inputs: Any) -> ReplayMiss:
-    """The error of ``mode="replay"`` for a key the store does not hold."""
+# The inputs of a call the caller cannot name (a corrupt entry found by key alone).
+_UNKNOWN: Any = object()
+
+
+def replay_miss(
+    key: bytes, inputs: Any, reason: str = "not recorded", detail: str | None = None
+) -> ReplayMiss:
+    """The error of ``mode="replay"`` for a key it holds no usable decision for."""
     try:
+        if inputs is _UNKNOWN:
+            raise TypeError
         digest = hashlib.blake2b(canonical(inputs), digest_size=6).hexdigest()
     except TypeError:
         digest = key[:6].hex()
-    return ReplayMiss(None, digest, key)
+    return ReplayMiss(None, digest, key, reason, detail)
 
 
 # -- what the engine needs of its optional parts -------------------------------

@@ -218,6 +218,7 @@ class StoreGuard:
         "_timed",
         "failure_cooldown",
         "failure_threshold",
+        "read_only",
         "reads",
         "writes",
     )
@@ -241,6 +242,8 @@ class StoreGuard:
         """The health of ``get`` and ``get_many``."""
         self.writes = Health()
         """The health of every other call."""
+        self.read_only = False
+        """Set in replay: every call but a read is refused (``None``) without reaching the store."""
         self.use(store)
 
     @property
@@ -274,7 +277,12 @@ class StoreGuard:
             what: the call's name, for the log (``"get"``, ``"add_many"``...).
             make: starts the call; not called at all while the store cools down.
         """
-        health = self.reads if what in READS else self.writes
+        if what in READS:
+            health = self.reads
+        elif self.read_only:
+            return None
+        else:
+            health = self.writes
         if health.skip_until:
             if time.monotonic() < health.skip_until:
                 return None

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from ..codec import Decoded
 from ..errors import DecodeError
 from ..stores.protocol import Entry
-from ._engine import replay_miss
 from ._flights import Flight, copy_for_caller
 
 if TYPE_CHECKING:
@@ -67,6 +66,9 @@ async def get_or_compute_many(
             try:
                 found[key] = engine.hit(key, entry, uses=uses[key])
             except DecodeError as exc:
+                if mode == "replay":  # nothing is deleted: the error says what is wrong
+                    stats.corrupt += 1
+                    raise await engine.refusal(key, item_inputs[first[key]], exc) from None
                 await engine.discard_corrupt(key, exc)
                 continue
             if engine.sampler is not None:
@@ -75,7 +77,7 @@ async def get_or_compute_many(
     missing = [key for key in unique if key not in found]
     if mode == "replay" and missing:
         stats.misses += sum(uses[key] for key in missing)
-        raise replay_miss(missing[0], item_inputs[first[missing[0]]])
+        raise await engine.refusal(missing[0], item_inputs[first[missing[0]]])
     stats.misses += sum(uses[key] for key in missing)
     # Claim every unclaimed key before awaiting anything: never wait on our own keys.
     flights = engine.flights

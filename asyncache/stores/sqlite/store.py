@@ -29,6 +29,7 @@ from .sql import (
     COUNT,
     DELETE,
     ENTRIES_AFTER,
+    EXPIRED_AT,
     GET_CHUNK,
     GET_ONE,
     RENEW,
@@ -251,6 +252,22 @@ class SQLiteStore:
         """Drop ``key`` if present."""
         await self._database.execute(DELETE, (key,))
 
+    async def expired_at(self, key: bytes) -> float | None:
+        """When the entry under ``key`` expired, if the file still holds it; else ``None``.
+
+        Replay asks, to tell a recording that expired from one that never held the key.
+        """
+        rows = await self._database.read(EXPIRED_AT, (key, time.time()))
+        return None if not rows else float(rows[0][0])
+
+    def pause_upkeep(self) -> None:
+        """Write nothing on its own from now on: no background prune, no eviction.
+
+        Replay calls it, so that reading a recording leaves the file as it was
+        recorded, expired entries included. ``prune()`` still prunes when called.
+        """
+        self._upkeep.paused = True
+
     async def prune(self) -> int:
         """Delete expired entries and leases, then enforce the bounds.
 
@@ -395,5 +412,5 @@ class SQLiteStore:
         return results
 
     def _opened(self) -> None:
-        if self.prune_interval is not None:
+        if self.prune_interval is not None and not self._upkeep.paused:
             self._database.spawn(self._upkeep.run(self.prune_interval), daemon=True)

@@ -70,6 +70,8 @@ class Upkeep:
         self.unchecked = 0
         self.slack = max(1, min(1000, (max_entries or 100_000) // 100))
         self.failing = False
+        self.paused = False
+        """Set by ``SQLiteStore.pause_upkeep``: the background task prunes and evicts no more."""
         self.pruned = 0
         """Expired entries deleted so far."""
         self.evicted = 0
@@ -111,6 +113,8 @@ class Upkeep:
                 async with asyncio.timeout(interval):
                     await self.wake.wait()
             self.wake.clear()
+            if self.paused:
+                continue
             try:
                 await self.prune()
             except StoreError as exc:
