@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import hashlib
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from asyncache import (
     DecisionCache,
     DecisionStore,
     ReplayMiss,
+    StoreError,
     cached_prediction,
     open_store,
 )
@@ -340,3 +342,65 @@ async def test_replay_of_a_corrupt_entry_says_so_and_leaves_it(tmp_path: Path) -
     await model.batched.aclose()
     await cache.aclose()
     assert file_digest(path) == before
+
+
+# -- record never loses ------------------------------------------------------------
+
+HOLD_THE_WRITE_LOCK = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+async def test_a_recording_is_complete_or_fails_while_another_process_holds_the_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "decisions.sqlite"
+    texts = [f"ticket {n}" for n in range(300)]
+    first = DecisionCache(open_store(f"sqlite:///{path}"), mode="record")
+    old = Model(first, version=1)
+    for text in texts:
+        await old.predict(text)
+    await old.batched.aclose()
+    await first.aclose()
+
+    # Another process takes SQLite's write lock and keeps it for 6 s, far past the
+    # store's busy_timeout and the cache's store_timeout (1 s each).
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(path), "6",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    assert await holder.stdout.readline() == b"locked\n"
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="record")
+    new = Model(cache, version=2)
+    answered: dict[str, Verdict] = {}
+    failure: BaseException | None = None
+    try:
+        for text in texts:
+            answered[text] = await new.predict(text)
+    except StoreError as exc:
+        failure = exc
+    finally:
+        await new.batched.aclose()
+        await cache.aclose()
+        holder.kill()
+        await holder.wait()
+
+    replaying = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay")
+    replay = Model(replaying, version=3)
+    if failure is None:
+        # Complete: every decision recorded is the one its caller got.
+        assert answered == {text: Verdict(text.upper(), 2) for text in texts}
+    else:
+        # Or loud, and nothing a caller got is missing from the file.
+        assert "record:" in str(failure) and "incomplete" in str(failure)
+        assert len(answered) < len(texts)
+    for text, verdict in answered.items():
+        assert await replay.predict(text) == verdict
+    await replay.batched.aclose()
+    await replaying.aclose()

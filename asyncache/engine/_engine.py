@@ -39,11 +39,11 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from ..codec import Decoded, decode, encode
-from ..errors import DecodeError, ReplayMiss, SignatureError
+from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
 from ..keys import canonical
 from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
@@ -482,6 +482,9 @@ class Engine:
 
         Stores keep the first decision (``add``), so the old entry is deleted
         first; a writer that adds between the two wins, as it would in live mode.
+
+        Raises:
+            StoreError: the decision could not be written (``replace``).
         """
         result, seconds = await self.timed(compute)
         if isinstance(result, Unshared):
@@ -491,9 +494,43 @@ class Engine:
         if prepared is None:
             return result
         value, expires_at = prepared
-        await self.delete_entry(key)
-        entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+        [entry] = await self.replace([(key, value, expires_at)])
         return self.winner(key, value, entry, result)
+
+    async def replace(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
+        """Record mode's write: delete what each key held, then add its new decision.
+
+        Where live mode counts a failed write and goes on, a recording is
+        complete or it fails: a delete or add that failed, timed out or was
+        skipped in a cool-down raises, so the recording never silently keeps
+        an old decision or lacks a new one.
+
+        Raises:
+            StoreError: a decision could not be written.
+        """
+        deleted = await asyncio.gather(*(self._delete_for_record(key) for key, _, _ in items))
+        if not all(deleted):
+            raise _unrecorded(items, "deleting what the key held")
+        added: Sequence[Entry] | None
+        if len(items) == 1:
+            key, value, expires_at = items[0]
+            one = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+            added = None if one is None else [one]
+        else:
+            added = await self.guard.call("add_many", lambda: self.store.add_many(items))
+        if added is None:
+            raise _unrecorded(items, "adding the new decision")
+        return list(added)
+
+    async def _delete_for_record(self, key: bytes) -> bool:
+        """The store's ``delete``, guarded: whether it succeeded (record mode must know)."""
+        delete = self.store.delete  # type: ignore[attr-defined]  # checked by use_store
+
+        async def deleted() -> bool:
+            await delete(key)
+            return True
+
+        return await self.guard.call("delete", deleted) is True
 
     def adopt(self, key: bytes, entry: Entry) -> Any:
         """The value of an entry another process stored while we waited on its lease.
@@ -673,6 +710,16 @@ class Engine:
         if self.background:
             await asyncio.gather(*list(self.background), return_exceptions=True)
         await self.flights.aclose()
+
+
+def _unrecorded(items: Sequence[tuple[bytes, bytes, float | None]], step: str) -> StoreError:
+    """Record mode's error for decisions the store did not take."""
+    first = items[0][0].hex()
+    more = f" and {len(items) - 1} more" if len(items) > 1 else ""
+    return StoreError(
+        f"record: the store failed while {step} for key {first}{more} (the call failed, "
+        "timed out or writes are cooling down: see the log); the recording is incomplete"
+    )
 
 
 # The inputs of a call the caller cannot name (a corrupt entry found by key alone).

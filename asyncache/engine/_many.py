@@ -279,7 +279,11 @@ async def _record(
     compute: BatchCompute,
     inputs: Sequence[Any],
 ) -> list[Any]:
-    """Record mode: compute every item, store each in place of what its key held."""
+    """Record mode: compute every item, store each in place of what its key held.
+
+    Raises:
+        StoreError: the store did not take every decision (``Engine.replace``).
+    """
     indices = [first[key] for key in unique]
     results, share = await _run(engine, compute, indices)
     pending: list[tuple[bytes, bytes, float | None]] = []
@@ -291,10 +295,7 @@ async def _record(
             if prepared is not None:
                 pending.append((key, *prepared))
     if pending:
-        store = engine.store
-        await asyncio.gather(*(engine.delete_entry(key) for key, _, _ in pending))
-        added = await engine.guard.call("add_many", lambda: store.add_many(pending))
-        winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        winners = await engine.replace(pending)  # raises when the store did not take them
         for (key, value, _), entry in zip(pending, winners, strict=True):
             fresh[key] = engine.winner(key, value, entry, fresh[key])
     return _answers(keys, fresh, set(), fresh.__getitem__)
