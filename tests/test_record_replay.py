@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -404,3 +404,42 @@ async def test_a_recording_is_complete_or_fails_while_another_process_holds_the_
         assert await replay.predict(text) == verdict
     await replay.batched.aclose()
     await replaying.aclose()
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoredVerdict:
+    label: str
+    version: int
+    score: float  # a field added since the recording
+
+
+async def test_replay_of_a_decision_that_no_longer_fits_its_type_leaves_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "decisions.sqlite"
+    await record_into(path, ["a"])
+    before = file_digest(path)
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay")
+
+    @cached_prediction(cache, namespace="verdict", fingerprint="f")
+    async def predict(text: str) -> ScoredVerdict:
+        raise AssertionError("replay never runs the model")
+
+    @cached_prediction(cache, namespace="verdicts", fingerprint="f", batch=True)
+    async def batched(texts: list[str]) -> list[ScoredVerdict]:
+        raise AssertionError("replay never runs the model")
+
+    doors: list[Callable[[], Awaitable[Any]]] = [
+        lambda: predict("a"),
+        lambda: batched("a"),
+        lambda: batched.many(["a"]),
+    ]
+    for door in doors:
+        with pytest.raises(ReplayMiss) as miss:
+            await door()
+        assert miss.value.reason == "corrupt" and "does not fit" in str(miss.value)
+        assert miss.value.function in ("verdict", "verdicts")
+    assert await cache.store.count() == 2
+    await batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
