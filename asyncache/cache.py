@@ -105,11 +105,14 @@ class DecisionCache:
         mode: ``"live"`` serves hits; ``"shadow"`` computes every call,
             returns the fresh result, fills the store and counts whether the
             stored decision would have been served and agreed; ``"record"``
-            computes every call and stores it in place of what the key held;
-            ``"replay"`` answers from the store only, never runs the model, and
-            raises ``ReplayMiss`` for a call it holds no decision for. Every
-            door (single calls, ``.many()``, micro-batching, the middleware)
-            obeys it.
+            computes every call and stores it in place of what the key held,
+            raising ``StoreError`` for a decision the store did not take (a
+            recording is complete or it fails); ``"replay"`` answers from the
+            store only, never runs the model, writes, deletes, renews or
+            prunes nothing, and raises ``ReplayMiss`` (its ``reason`` says
+            why: not recorded, signature does not match, corrupt, expired) for
+            a call it holds no usable decision for. Every door (single calls,
+            ``.many()``, micro-batching, the middleware) obeys it.
 
     Attributes:
         engine: the one hit/miss path every door takes (``asyncache.engine._engine``).
