@@ -101,10 +101,14 @@ class ReplayMiss(AsyncacheError):
         where = function if function is not None else "a call"
         advice = _REPLAY_REASONS.get(reason, "")
         said = f" ({detail})" if detail else ""
-        super().__init__(
-            f"replay: {reason}: no usable decision for {where} with inputs {digest} "
-            f"(key {key.hex()}){said}; {advice}"
-        )
+        if reason == "not recorded":
+            found = f"no recorded decision for {where} with inputs {digest} (key {key.hex()})"
+        else:
+            found = (
+                f"the recorded decision for {where} with inputs {digest} (key {key.hex()}) "
+                "cannot be used"
+            )
+        super().__init__(f"replay: {found}: {reason}{said}; {advice}")
 
     def __reduce__(
         self,

@@ -174,8 +174,9 @@ async def test_the_middleware_replays_and_refuses_what_it_did_not_record() -> No
     replaying = DecisionCacheMiddleware(replayed, cache=DecisionCache(store, mode="replay"))
     answer = await call(replaying, body=b'{"text": "a"}')
     assert (answer.status, answer.cache, answer.body) == (200, "hit", first.body)
-    with pytest.raises(ReplayMiss):
-        await call(replaying, body=b'{"text": "b"}')
+    refused = await call(replaying, body=b'{"text": "b"}')
+    assert (refused.status, refused.cache) == (500, "replay_miss")
+    assert b"no recorded decision" in refused.body
     assert replayed.calls == 0
 
 
@@ -442,4 +443,25 @@ async def test_replay_of_a_decision_that_no_longer_fits_its_type_leaves_it(
     assert await cache.store.count() == 2
     await batched.aclose()
     await cache.aclose()
+    assert file_digest(path) == before
+
+
+async def test_the_middleware_replay_under_another_secret_is_a_500_that_says_so(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "decisions.sqlite"
+    recording = DecisionCache(open_store(f"sqlite:///{path}"), mode="record", secret="a")
+    first = await call(DecisionCacheMiddleware(RecordingApp(), cache=recording), body=b'{"t": 1}')
+    assert first.status == 200
+    await recording.aclose()
+    before = file_digest(path)
+
+    app = RecordingApp()
+    replaying = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay", secret="b")
+    answer = await call(DecisionCacheMiddleware(app, cache=replaying), body=b'{"t": 1}')
+    assert (answer.status, answer.cache) == (500, "replay_miss")
+    assert b"signature does not match" in answer.body and b"ASYNCACHE_SECRET" in answer.body
+    assert app.calls == 0
+    assert await replaying.store.count() == 1
+    await replaying.aclose()
     assert file_digest(path) == before
