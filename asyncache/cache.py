@@ -106,7 +106,8 @@ class DecisionCache:
             returns the fresh result, fills the store and counts whether the
             stored decision would have been served and agreed; ``"record"``
             computes every call and stores it in place of what the key held,
-            raising ``StoreError`` for a decision the store did not take (a
+            raising ``StoreError`` for a decision it could not store (the
+            store failed, or the result does not encode or is too large: a
             recording is complete or it fails); ``"replay"`` answers from the
             store only, never runs the model, writes, deletes, renews or
             prunes nothing, and raises ``ReplayMiss`` (its ``reason`` says

@@ -465,3 +465,28 @@ async def test_the_middleware_replay_under_another_secret_is_a_500_that_says_so(
     assert await replaying.store.count() == 1
     await replaying.aclose()
     assert file_digest(path) == before
+
+
+async def test_a_recording_fails_on_a_decision_it_cannot_store(tmp_path: Path) -> None:
+    # Too large, or not encodable: replay would miss it far from here, so recording fails.
+    cache = DecisionCache(open_store(f"sqlite:///{tmp_path / 'd.sqlite'}"), mode="record")
+    cache.max_entry_bytes = 200
+    model = Model(cache, version=1)
+    long = "".join(hashlib.sha256(bytes([n])).hexdigest() for n in range(20))  # no zlib gain
+    assert await model.predict("short") == Verdict("SHORT", 1)
+    with pytest.raises(StoreError, match=r"record: .* over max_entry_bytes=200"):
+        await model.predict(long)
+    with pytest.raises(StoreError, match="the recording is incomplete"):
+        await model.batched.many(["short", long])
+
+    @cached_prediction(cache)
+    async def opaque(text: str) -> object:
+        return object()
+
+    with pytest.raises(StoreError, match="record: a result of type object cannot be stored"):
+        await opaque("x")
+    # Refusals the user asked for are not errors.
+    cache.admit = lambda inputs, result: False
+    assert await model.predict(long) == Verdict(long.upper(), 1)
+    await model.batched.aclose()
+    await cache.aclose()

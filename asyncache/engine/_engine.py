@@ -571,36 +571,41 @@ class Engine:
         """Record mode's write: delete what each key held, then add its new decision.
 
         Where live mode counts a failed write and goes on, a recording is
-        complete or it fails: a delete or add that failed, timed out or was
-        skipped in a cool-down raises, so the recording never silently keeps
-        an old decision or lacks a new one.
+        complete or it fails. Its calls skip the guard's timeout and cool-down:
+        they wait as long as the store's own bounds allow (SQLite's
+        ``busy_timeout``, Redis's socket timeouts), and one that fails raises,
+        so the recording never silently keeps an old decision or lacks a new one.
 
         Raises:
             StoreError: a decision could not be written.
         """
-        deleted = await asyncio.gather(*(self._delete_for_record(key) for key, _, _ in items))
-        if not all(deleted):
-            raise _unrecorded(items, "deleting what the key held")
-        added: Sequence[Entry] | None
+        store = self.store
+        delete = store.delete  # type: ignore[attr-defined]  # checked by use_store
+        await self._recording(
+            "delete", items, lambda: asyncio.gather(*(delete(k) for k, _, _ in items))
+        )
         if len(items) == 1:
             key, value, expires_at = items[0]
-            one = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
-            added = None if one is None else [one]
-        else:
-            added = await self.guard.call("add_many", lambda: self.store.add_many(items))
-        if added is None:
-            raise _unrecorded(items, "adding the new decision")
-        return list(added)
+            return [await self._recording("add", items, lambda: store.add(key, value, expires_at))]
+        return list(await self._recording("add_many", items, lambda: store.add_many(items)))
 
-    async def _delete_for_record(self, key: bytes) -> bool:
-        """The store's ``delete``, guarded: whether it succeeded (record mode must know)."""
-        delete = self.store.delete  # type: ignore[attr-defined]  # checked by use_store
-
-        async def deleted() -> bool:
-            await delete(key)
-            return True
-
-        return await self.guard.call("delete", deleted) is True
+    async def _recording(
+        self,
+        what: str,
+        items: Sequence[tuple[bytes, bytes, float | None]],
+        call: Callable[[], Awaitable[T]],
+    ) -> T:
+        """One store call of a recording: its result, or ``StoreError`` (counted and logged)."""
+        try:
+            return await call()
+        except Exception as exc:
+            self.guard.failed(what, exc)
+            first = items[0][0].hex()
+            more = f" and {len(items) - 1} more" if len(items) > 1 else ""
+            raise StoreError(
+                f"record: the store's {what} failed for key {first}{more} ({exc}); "
+                "the recording is incomplete"
+            ) from exc
 
     def adopt(self, key: bytes, entry: Entry) -> Any:
         """The value of an entry another process stored while we waited on its lease.
@@ -646,7 +651,14 @@ class Engine:
     def prepare(
         self, key: bytes, result: Any, inputs: Any, compute_seconds: float
     ) -> tuple[bytes, float | None] | None:
-        """Encode ``result`` for the store, or ``None`` when it must not be kept."""
+        """Encode ``result`` for the store, or ``None`` when it must not be kept.
+
+        Raises:
+            StoreError: in record mode, a result that cannot be stored (it does
+                not encode, or is over ``max_entry_bytes``): a recording
+                without it would be incomplete. ``ttl`` and ``admit`` refusals
+                are the user's choice, and are not errors.
+        """
         try:
             ttl = self.ttl
             if callable(ttl):
@@ -677,6 +689,11 @@ class Engine:
         except (TypeError, ValueError) as exc:
             self.stats.unencodable += 1
             kind = type(result).__qualname__
+            if self.mode == "record":
+                raise StoreError(
+                    f"record: a result of type {kind} cannot be stored ({exc}) for key "
+                    f"{key.hex()}; the recording is incomplete"
+                ) from exc
             if kind not in self._unencodable_warned:
                 self._unencodable_warned.add(kind)
                 logger.warning(
@@ -685,6 +702,11 @@ class Engine:
             return None
         if len(value) > self.max_entry_bytes:
             self.stats.too_large += 1
+            if self.mode == "record":
+                raise StoreError(
+                    f"record: the decision for key {key.hex()} encodes to {len(value)} bytes, "
+                    f"over max_entry_bytes={self.max_entry_bytes}; the recording is incomplete"
+                )
             return None
         return value, (None if ttl is None else now + ttl)
 
@@ -780,16 +802,6 @@ class Engine:
         if self.background:
             await asyncio.gather(*list(self.background), return_exceptions=True)
         await self.flights.aclose()
-
-
-def _unrecorded(items: Sequence[tuple[bytes, bytes, float | None]], step: str) -> StoreError:
-    """Record mode's error for decisions the store did not take."""
-    first = items[0][0].hex()
-    more = f" and {len(items) - 1} more" if len(items) > 1 else ""
-    return StoreError(
-        f"record: the store failed while {step} for key {first}{more} (the call failed, "
-        "timed out or writes are cooling down: see the log); the recording is incomplete"
-    )
 
 
 # The inputs of a call the caller cannot name (a corrupt entry found by key alone).
