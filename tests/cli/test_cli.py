@@ -19,10 +19,10 @@ import pytest
 from asyncache import DecisionCache, cached_prediction, open_store
 from asyncache.redact import redact_text, redact_url
 
-from .servers import RedisServer, send_command
-from .support import free_port, require, require_binary
+from ..servers import RedisServer, send_command
+from ..support import free_port, require, require_binary
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _SCRIPT = shutil.which("asyncache", path=str(Path(sys.executable).parent))
 
 pytest.importorskip("aiosqlite")

@@ -20,10 +20,10 @@ import pytest
 from asyncache import DecisionCache, MemoryStore, cached_prediction, open_store
 from asyncache.stores.tiered import TieredStore
 
-from .servers import RedisServer
-from .support import GENEROUS_REDIS_TIMEOUTS
+from ..servers import RedisServer
+from ..support import GENEROUS_REDIS_TIMEOUTS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # A hang guard for child processes, never a timing assertion.
 CHILD_TIMEOUT = 240
 # A hang guard for waits inside a test, never a timing assertion.
@@ -218,7 +218,7 @@ def _spawn(
     command = [
         sys.executable,
         "-m",
-        "tests.lease_worker",
+        "tests.engine.lease_worker",
         "--store",
         store,
         "--runs",
