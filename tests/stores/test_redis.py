@@ -26,6 +26,7 @@ from asyncache.stores import Entry, LeaseStore, open_store
 
 from ..servers import RedisServer
 from ..support import IN_CI, key, until
+from ..support.stores import command_calls
 
 try:
     from redis.asyncio import Redis
@@ -87,12 +88,6 @@ async def pexpiretime(client: Redis, name: bytes) -> int:
     """When Redis itself will drop ``name`` (Unix ms)."""
     when: int = await client.execute_command("PEXPIRETIME", name)  # type: ignore[no-untyped-call]
     return when
-
-
-async def command_calls(client: Redis) -> dict[str, int]:
-    """Calls per command since the last ``CONFIG RESETSTAT`` (INFO commandstats)."""
-    info = await client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): stat["calls"] for name, stat in info.items()}
 
 
 # -- URLs and options (no server needed: clients connect lazily) -------------
