@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import os
 import shutil
 import socket
@@ -71,20 +70,21 @@ async def until(
 ) -> None:
     """Let other tasks run until ``condition()`` holds; fail after ``within`` seconds, never hang.
 
-    ``condition`` may be sync or async. The first looks yield one loop turn each,
-    so what another task does at once is seen at once; later looks sleep a little,
-    for what a thread, a server or a timer does.
-    Polling, not an event: the conditions are other components' counters.
+    ``condition`` may be sync or async. Between looks it sleeps a little rather
+    than yielding one loop turn: what a test waits for may be a thread's, a
+    server's or a timer's work, and what follows that work (a reply in flight) gets
+    the time to land. Polling, not an event: the conditions are other components'
+    counters.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
-    for turn in itertools.count():
+    while True:
         met = condition()
         if await met if inspect.isawaitable(met) else met:
             return
         if loop.time() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0 if turn < 1000 else 0.002)
+        await asyncio.sleep(0.002)
 
 
 def import_error_without(missing: str, module: str) -> str:
