@@ -26,6 +26,7 @@ __all__ = [
     "Signal",
     "cancel_and_wait",
     "cancelled",
+    "current_loop",
     "is_cancellation",
     "new_event",
     "spawn",
@@ -96,6 +97,26 @@ def _on_asyncio() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def current_loop() -> object:
+    """What identifies the running event loop: asyncio's loop, or anyio's token for it.
+
+    Raises:
+        RuntimeError: no event loop is running in this thread.
+    """
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    # Imported here: only a loop other than asyncio's gets this far, and anyio's
+    # import would cost ``import asyncache`` milliseconds.
+    import anyio.lowlevel
+
+    try:
+        return anyio.lowlevel.current_token().native_token
+    except Exception as exc:  # sniffio's or anyio's "no async library"
+        raise RuntimeError("no event loop is running in this thread") from exc
 
 
 def _trio() -> Any:
