@@ -19,6 +19,7 @@ import asyncio
 import contextvars
 import sys
 from collections.abc import Awaitable, Coroutine
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "is_cancellation",
     "new_event",
     "spawn",
+    "timeout_after",
     "wait_for",
 ]
 
@@ -156,6 +158,34 @@ async def wait_for(event: Event, timeout: float | None) -> bool:  # noqa: ASYNC1
     with _trio().move_on_after(timeout):
         await event.wait()
     return event.is_set()
+
+
+def timeout_after(seconds: float | None) -> AbstractAsyncContextManager[Any]:
+    """A bound on a block that raises the builtin ``TimeoutError`` when ``seconds`` pass.
+
+    asyncio's own ``asyncio.timeout`` under asyncio; anyio's ``fail_after``
+    (trio's cancel scopes) on other loops. ``None``: no bound.
+    """
+    if _on_asyncio():
+        return asyncio.timeout(seconds)
+    import anyio  # here: only a loop other than asyncio's gets this far
+
+    return _AsyncBound(anyio.fail_after(seconds))
+
+
+class _AsyncBound:
+    """A synchronous context manager (anyio's cancel scope) used with ``async with``."""
+
+    __slots__ = ("_scope",)
+
+    def __init__(self, scope: AbstractContextManager[Any]) -> None:
+        self._scope = scope
+
+    async def __aenter__(self) -> Any:
+        return self._scope.__enter__()
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return self._scope.__exit__(*exc_info)
 
 
 def spawn(
