@@ -25,8 +25,6 @@ from .support import free_port, require, require_binary
 ROOT = Path(__file__).resolve().parent.parent
 _SCRIPT = shutil.which("asyncache", path=str(Path(sys.executable).parent))
 
-pytest.importorskip("aiosqlite")
-
 
 def run(
     *args: str,

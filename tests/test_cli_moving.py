@@ -18,8 +18,6 @@ from asyncache.stores import DecisionStore, Entry, EntryScan
 
 from .test_cli import one_line_error, run
 
-pytest.importorskip("aiosqlite")
-
 SECRET = "copy-test-secret"
 
 

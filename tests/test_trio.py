@@ -23,8 +23,8 @@ from starlette.routing import Route
 
 from asyncache import DecisionCache, cached_prediction
 from asyncache.errors import ConfigurationError
-from asyncache.stores import Entry
 from asyncache.middleware import DecisionCacheMiddleware
+from asyncache.stores import Entry
 
 CALLERS = 20
 

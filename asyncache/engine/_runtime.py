@@ -9,8 +9,13 @@ these are asyncio's own objects, unchanged and as cheap as before; under trio
 they are trio's, and work of its own runs as a trio system task, carrying a
 copy of the caller's context variables.
 
-The SQLite and Redis stores are asyncio libraries (aiosqlite, redis-py); under
-trio a cache uses a ``MemoryStore``.
+Where anyio serves, it is used: bounded waits on other loops
+(``timeout_after``: ``anyio.fail_after``) and telling loops apart
+(``current_loop``: a flight belongs to one loop, and a cache may serve several
+threads' loops at once). It is imported only when a loop other than asyncio's
+runs, so ``import asyncache`` stays fast. Under trio a cache uses a
+``MemoryStore`` or a ``SQLiteStore`` (its threads answer any loop);
+``RedisStore`` (redis-py is asyncio's alone) refuses trio at once.
 """
 
 from __future__ import annotations
