@@ -160,7 +160,9 @@ async def wait_for(event: Event, timeout: float | None) -> bool:  # noqa: ASYNC1
         except TimeoutError:
             return False
         return True
-    with _trio().move_on_after(timeout):
+    import anyio  # here: only a loop other than asyncio's gets this far
+
+    with anyio.move_on_after(timeout):
         await event.wait()
     return event.is_set()
 
