@@ -124,8 +124,8 @@ class FlightTable(Generic[T]):
             del self._loops[here.loop]
 
     def keys(self) -> list[bytes]:
-        """The keys being computed now."""
-        return list(self._flights)
+        """The keys being computed now, in every loop."""
+        return list({key: None for here in list(self._loops.values()) for key in here.flights})
 
     def get(self, key: bytes) -> Flight[T] | None:
         """The running loop's flight for ``key``, if one is in progress."""

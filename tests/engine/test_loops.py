@@ -19,7 +19,7 @@ import pytest
 from asyncache import DecisionCache, MemoryStore, cached_prediction
 from asyncache.stores import DecisionStore
 
-from .support import GENEROUS_REDIS_TIMEOUTS
+from ..support import GENEROUS_REDIS_TIMEOUTS
 
 THREADS = 8
 CALLERS = 5  # concurrent callers per thread, all for the same keys
