@@ -107,10 +107,10 @@ class Upkeep:
             while True:
                 deleted = len(await self.execute(PRUNE, (now,)))
                 pruned += deleted
+                self.pruned += deleted  # counted as each chunk goes, for stats() meanwhile
                 if deleted < DELETE_CHUNK:
                     break
             await self.execute(PRUNE_LEASES, (now,))
-            self.pruned += pruned
             await self.enforce_bounds()
             pages, free = (await self.execute(PAGES, ()))[0]
             if free > pages // 2:
