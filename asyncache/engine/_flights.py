@@ -115,6 +115,13 @@ class FlightTable(Generic[T]):
         loop = current_loop()
         here = self._loops.get(loop)
         if here is None:
+            # A loop that closed with flights left (their tasks never ran) is gone for good.
+            for gone in [
+                other
+                for other in list(self._loops.values())
+                if isinstance(other.loop, asyncio.AbstractEventLoop) and other.loop.is_closed()
+            ]:
+                self._loops.pop(gone.loop, None)
             here = self._loops[loop] = _LoopFlights(loop)
         return here
 
