@@ -84,6 +84,7 @@ class Database:
         # Orders the connections' changes (open, replaced, closed) between threads.
         self._state = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._openers: dict[asyncio.AbstractEventLoop, asyncio.Task[Connection]] = {}
 
     async def connect(self) -> Connection:
         """The write connection, opened (with the read one) by the first caller.
@@ -98,8 +99,27 @@ class Database:
             raise self.closed_error()
         if self.connection is not None:
             return self.connection
-        # Abandoned on cancellation: the opening goes on for the callers still waiting.
-        return await anyio.to_thread.run_sync(self._open, abandon_on_cancel=True)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # trio: each caller's own worker thread waits for the opener
+            return await anyio.to_thread.run_sync(self._open, abandon_on_cancel=True)
+        # One opening per loop, however many callers: one worker thread, not one each.
+        task = self._openers.get(loop)
+        if task is None:
+            task = self._openers[loop] = loop.create_task(
+                anyio.to_thread.run_sync(self._open, abandon_on_cancel=True)
+            )
+            task.add_done_callback(self._opened)
+        # Shielded: a caller that gives up must not cancel the opening for the others.
+        return await asyncio.shield(task)
+
+    def _opened(self, task: asyncio.Task[Connection]) -> None:
+        if self._openers.get(task.get_loop()) is task:
+            del self._openers[task.get_loop()]
+        # Retrieved here, so it is never "unretrieved" when every caller gave up; the
+        # next call tries again (the lock that made this opening fail may be gone).
+        if not task.cancelled():
+            task.exception()
 
     def ready_reader(self) -> Connection | None:
         """The read connection if one is open, the file checked at most once a second."""
