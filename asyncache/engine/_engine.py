@@ -800,7 +800,14 @@ class Engine:
         """Finish background work and cancel running computations; the store stays open."""
         self.closed = True
         if self.background:
-            await asyncio.gather(*list(self.background), return_exceptions=True)
+            # Only this loop's: another loop's tasks (a thread's own asyncio.run) end with it.
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # trio: background work runs as system tasks
+                loop = None
+            mine = [task for task in self.background if task.get_loop() is loop]
+            if mine:
+                await asyncio.gather(*mine, return_exceptions=True)
         await self.flights.aclose()
 
 

@@ -38,7 +38,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
+from ..errors import ConfigurationError
 from ..stats import CacheStats, RateLimitedLog
+from ._runtime import timeout_after
 
 __all__ = ["READS", "Bucket", "Deadlines", "Health", "StoreGuard"]
 
@@ -304,7 +306,9 @@ class StoreGuard:
                     result = await self._bounded(_resume(awaitable, yielded))
             else:
                 result = await self._bounded(awaitable)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ConfigurationError):
+            # A store that cannot work here at all (RedisStore under trio) says so at
+            # once, rather than failing every call as a miss.
             raise
         except Exception as exc:
             self.failed(what, exc)
@@ -326,7 +330,7 @@ class StoreGuard:
         """Await ``awaitable`` under the timeout: a shared deadline when it can."""
         if self._task() is not None:
             return await self._deadlines.run(awaitable)  # type: ignore[union-attr]
-        async with asyncio.timeout(self.timeout):
+        async with timeout_after(self.timeout):  # asyncio's, or anyio's under trio
             return await awaitable
 
     def failed(self, what: str, exc: Exception) -> None:

@@ -19,8 +19,6 @@ from asyncache.stores import DecisionStore, Entry, EntryScan
 from ..support.stores import fill
 from .test_cli import one_line_error, run
 
-pytest.importorskip("aiosqlite")
-
 SECRET = "copy-test-secret"
 
 
