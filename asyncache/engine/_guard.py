@@ -12,6 +12,12 @@ Reads and writes keep their own health: a store that cannot write for a while
 answering hits, and a store that cannot read does not stop the writes that
 fill it.
 
+A store made of parts that fail alone (a Redis Cluster's primaries) keeps
+each part's health itself: a failure that names its part (``StoreError.shard``)
+is counted and logged but never cools the whole store, and a store with
+``isolates_failures`` (it times and cools its parts' reads itself) never has
+its reads cooled as a whole. One stalled primary then costs only its keys.
+
 Shared deadlines: a timeout for every store call, without a timer for each.
 
 ``asyncio.timeout`` schedules a timer when a call starts and cancels it when
@@ -212,6 +218,7 @@ class StoreGuard:
 
     __slots__ = (
         "_deadlines",
+        "_isolated",
         "_log",
         "_stats",
         "_suspends",
@@ -258,6 +265,7 @@ class StoreGuard:
         self._timed = getattr(store, "enforces_timeouts", False) is not True
         # Set once a call suspended: later calls skip starting by hand (``_resume``).
         self._suspends = False
+        self._isolated = getattr(store, "isolates_failures", False) is True
 
     def health(self, what: str) -> Health:
         """The health that call ``what`` counts toward."""
@@ -324,10 +332,12 @@ class StoreGuard:
     def failed(self, what: str, exc: Exception) -> None:
         """Count and log a failed store call; start its kind's cool-down after too many in a row."""
         self._stats.errors += 1
-        health = self.health(what)
-        health.failures += 1
         reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
         self._log.warning(what, "asyncache: store %s %s; treated as a miss", what, reason)
+        if getattr(exc, "shard", None) is not None or (self._isolated and what in READS):
+            return  # one part failed: the store keeps that part's health, the rest serves
+        health = self.health(what)
+        health.failures += 1
         if health.failures >= self.failure_threshold:
             health.skip_until = time.monotonic() + self.failure_cooldown
             kind = "reads" if health is self.reads else "writes"
