@@ -93,8 +93,9 @@ class DecisionCache:
         leases: take a lease in the shared store before computing a miss, so
             that a fleet computes each key once (needs a ``LeaseStore``:
             SQLiteStore, RedisStore, or a tier over one).
-        lease_ttl: seconds a lease lives; above the slowest computation. A
-            waiter takes over a lease that expired without a decision.
+        lease_ttl: seconds a lease lives unless renewed. Its owner renews it
+            every third of that while the model runs, however long that is;
+            a dead owner's lease ends within it and a waiter takes over.
         audit_rate: share of hits (0 to 1) recomputed in the background and
             compared with what was served.
         audit: ``audit(stored, fresh)`` is True when two decisions agree;
@@ -150,7 +151,7 @@ class DecisionCache:
         failure_cooldown: float = 10.0,
         max_background: int = 64,
         leases: bool = False,
-        lease_ttl: float = 10.0,
+        lease_ttl: float = 1.0,
         audit_rate: float = 0.0,
         audit: Compare | None = None,
         on_mismatch: MismatchHook | None = None,

@@ -340,3 +340,49 @@ def test_a_killed_owner_is_taken_over(
     nonces = {nonce for report in reports for nonce in report["decisions"]["0"]}
     assert len(nonces) == 1
     assert all(report["stats"]["errors"] == 0 for report in reports)
+
+
+@pytest.mark.slow
+async def test_a_live_owner_keeps_its_lease_and_a_killed_one_costs_about_a_lease_ttl(
+    store_url: str, tmp_path: Path, reap: list[subprocess.Popen[str]]
+) -> None:
+    """A short lease, renewed while the model runs (issue 22.14).
+
+    Another process holds the lease on a key while its model runs (600 s); a
+    caller here waits for it. While the owner lives its lease holds, five
+    lease ttls and more: the owner renews it. After ``kill -9`` the lease
+    ends within a ttl, and the caller here takes over and is answered.
+    """
+    go = tmp_path / "go"
+    owner = _spawn(tmp_path, "owner", store_url, go, keys=1, per_key=1, compute=600)
+    reap.append(owner)
+    await asyncio.to_thread(_wait_for, [tmp_path / "owner.ready"], reap)
+    go.touch()
+    # The owner's model runs once its line is written: it holds the lease.
+    await asyncio.to_thread(_wait_for, [tmp_path / "runs.log"], reap)
+    async with DecisionCache(
+        open_store(store_url), namespace="fleet", leases=True, store_timeout=STORE_TIMEOUT
+    ) as cache:
+        runs: list[int] = []
+
+        @cached_prediction(cache, namespace="predict")
+        async def predict(key: int) -> dict[str, Any]:
+            runs.append(key)
+            return {"key": key, "pid": os.getpid()}
+
+        waiter = asyncio.create_task(predict(0))
+        await _until(lambda: cache.stats()["lease_waits"] == 1)
+        # The owner's model has run five lease ttls (and more) by now: it kept its lease.
+        await asyncio.sleep(5 * cache.lease_ttl)
+        assert not waiter.done()
+        assert runs == [] and cache.stats()["lease_takeovers"] == 0
+        os.kill(owner.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        answer = await asyncio.wait_for(waiter, WAIT_TIMEOUT)
+        answered_after = time.monotonic() - killed
+        assert answer == {"key": 0, "pid": os.getpid()}
+        assert runs == [0] and cache.stats()["lease_takeovers"] == 1
+        # The dead owner's lease lived at most one ttl (1 s) past its last renewal;
+        # without renewals it lived the whole old default of 10 s.
+        assert answered_after < 3 * cache.lease_ttl, answered_after
+    await asyncio.to_thread(owner.communicate)

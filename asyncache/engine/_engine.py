@@ -635,6 +635,8 @@ class Engine:
         if self.background:
             await asyncio.gather(*list(self.background), return_exceptions=True)
         await self.flights.aclose()
+        if self.leases is not None:
+            await self.leases.aclose()
 
 
 def replay_miss(key: bytes, inputs: Any) -> ReplayMiss:
@@ -721,4 +723,8 @@ class Leasing(Protocol):
 
     async def finish(self, key: bytes, token: bytes | None) -> None:
         """Release a lease ``begin`` took."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop renewing the leases still held."""
         ...

@@ -12,6 +12,12 @@ store (a ``LeaseStore``: Redis ``SET NX PX``, an SQLite row):
   not stored): take the lease over. The store's atomic acquire lets exactly
   one waiter win; the others go back to waiting.
 
+The lease is short (``lease_ttl``, 1 s by default) and its owner renews it
+every third of that while the model runs (the holder's own acquire extends
+it, as etcd and memcache leases are kept alive): a live owner keeps its lease
+however long the model takes, and a dead one's (``kill -9``, a lost host)
+ends within ``lease_ttl``, after which a waiter takes over.
+
 A store failure at any step is counted and logged like every store failure,
 and the prediction is computed without a lease: leases may cost a duplicate
 computation, never a failed one.
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import DecodeError
 from ..stores.protocol import Entry, LeaseStore
+from ._runtime import cancel_and_wait, spawn
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -58,11 +65,12 @@ class Leases:
     Args:
         engine: the engine whose counters, timeouts and failure accounting are used.
         store: where the leases live: the cache's store, or a tier's shared L2.
-        ttl: seconds a lease lives. Keep it above the slowest computation: a
-            computation that outlives its lease lets a waiter take over.
+        ttl: seconds a lease lives unless its owner renews it, which it does
+            every ``ttl / 3`` while it computes: how long waiters wait for an
+            owner that died.
     """
 
-    __slots__ = ("_engine", "_store", "ttl")
+    __slots__ = ("_engine", "_renewals", "_store", "ttl")
 
     def __init__(self, engine: Engine, store: LeaseStore, *, ttl: float) -> None:
         if not ttl > 0:
@@ -70,6 +78,7 @@ class Leases:
         self._engine = engine
         self._store = store
         self.ttl = float(ttl)
+        self._renewals: dict[tuple[bytes, bytes], asyncio.Task[None]] = {}
 
     async def run(
         self, key: bytes, work: Callable[[], Awaitable[T]], adopt: Callable[[Entry], T]
@@ -164,7 +173,39 @@ class Leases:
         if entry is not None:
             await self._release(key, token)
             return None, entry
+        self._keep(key, token)
         return token, None
+
+    def _keep(self, key: bytes, token: bytes) -> None:
+        """Renew our lease on ``key`` every third of its ttl until it is released."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # trio: the lease lives its ttl, unrenewed
+            return
+        task = spawn(self._renew(key, token))
+        if task is not None:
+            self._renewals[(key, token)] = task
+
+    async def _renew(self, key: bytes, token: bytes) -> None:
+        store, ttl = self._store, self.ttl
+        while True:
+            await asyncio.sleep(ttl / 3)
+            kept = await self._call(
+                "acquire_lease",
+                self._engine.guard.timeout,
+                lambda: store.acquire_lease(key, token, ttl),
+            )
+            if kept is False:
+                # Another process took it: ours ran out (this loop stalled past the
+                # ttl, or the store was unreachable). It computes too; nothing is lost
+                # but a duplicate computation, and the first decision stored wins.
+                return
+            # A failed renewal (_FAILED) is tried again a third of a ttl later.
+
+    async def aclose(self) -> None:
+        """Stop renewing the leases still held (their computations were cancelled)."""
+        await cancel_and_wait(list(self._renewals.values()))
+        self._renewals.clear()
 
     async def _acquire(self, key: bytes, token: bytes) -> Any:
         store, ttl = self._store, self.ttl
@@ -176,6 +217,9 @@ class Leases:
 
     async def _release(self, key: bytes, token: bytes) -> None:
         # If this fails the lease simply expires after its ttl.
+        renewal = self._renewals.pop((key, token), None)
+        if renewal is not None:
+            renewal.cancel()
         store = self._store
         await self._call(
             "release_lease", self._engine.guard.timeout, lambda: store.release_lease(key, token)

@@ -1,6 +1,8 @@
 """RedisStore's leases: one key per key being computed, and a channel announcing releases.
 
-A lease is ``SET <prefix>lease:<key> token NX PX ms``; releasing it is a
+A lease is ``<prefix>lease:<key>`` holding a token, with an expiry: taken
+(or renewed by its holder) by a script that sets it unless another token holds
+it; releasing it is a
 compare-and-delete script that also publishes the key on
 ``<prefix>lease:released``. Waiters are woken by that message through the
 store's subscription on their event loop (``channels.Listener``), and poll with
@@ -19,7 +21,7 @@ from typing import Any
 from ..protocol import Entry
 from .gate import Gate
 from .layout import LEASE, RELEASED, unpack
-from .scripts import RELEASE
+from .scripts import ACQUIRE, RELEASE
 from .url import Client
 
 __all__ = ["LeaseKeys"]
@@ -57,18 +59,20 @@ class LeaseKeys:
         self.pipeline = pipeline
         self.listen = listen
         self.counters = counters
+        self.acquire_script = client.register_script(ACQUIRE)
         self.release_script = client.register_script(RELEASE)
         self.waiters: dict[bytes, set[asyncio.Event]] = {}
         """The events of the callers waiting on each key."""
         self.closed = False
 
     async def acquire(self, key: bytes, token: bytes, ttl: float) -> bool:
-        """Take the lease on ``key`` for ``ttl`` seconds unless another holds it."""
+        """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it.
+
+        The holder's own token renews it for ``ttl`` from now.
+        """
         ms = max(1, math.ceil(ttl * 1000))
         async with self.gate:
-            taken = await self.client.execute_command(
-                "SET", self.lease_prefix + key, token, "NX", "PX", ms
-            )
+            taken = await self.acquire_script(keys=[self.lease_prefix + key], args=[token, ms])
         return bool(taken)
 
     async def release(self, key: bytes, token: bytes) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DELETE", "RELEASE", "RENEW", "REPLACE"]
+__all__ = ["ACQUIRE", "DELETE", "RELEASE", "RENEW", "REPLACE"]
 
 RENEW = """
 local head = redis.call('GETRANGE', KEYS[1], 0, 8)
@@ -40,6 +40,19 @@ return false
 
 Unless another writer replaced it first; returns what is there instead, or nil.
 ARGV: the old stored bytes, the new ones, the new PXAT in ms (``""`` for none).
+"""
+
+ACQUIRE = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+"""Take a free lease, or renew one the same token holds, for ARGV[2] ms.
+
+The owner of a lease renews it while it computes, so that the lease can be
+short: a dead owner's lease ends soon, a live one's never.
+ARGV: the token, the ttl in ms.
 """
 
 RELEASE = """

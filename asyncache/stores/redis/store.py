@@ -502,9 +502,10 @@ class RedisStore:
     # -- the LeaseStore capability ----------------------------------------
 
     async def acquire_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
-        """Take the lease on ``key`` for ``ttl`` seconds unless another holds it.
+        """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it.
 
-        ``SET <prefix>lease:<key> token NX PX ms``.
+        The holder's own token renews it (from now). One script: ``SET
+        <prefix>lease:<key> token PX ms`` unless another token is there.
         """
         return await (await self._bound()).leases.acquire(key, token, ttl)
 
