@@ -44,7 +44,7 @@ from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
-from ._guard import StoreGuard
+from ._guard import StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
 
@@ -263,6 +263,7 @@ class Engine:
 
         A corrupt entry is counted, dropped and ``None``.
         """
+        new_request()
         entry = await self.store_get(key)
         if entry is None:
             return None
@@ -297,6 +298,7 @@ class Engine:
                 middleware audits only routes that say they may be re-run).
             source: told where the answer came from when ``compute`` did not run.
         """
+        new_request()
         mode = self.mode
         if mode != "live" and mode != "replay":
             return await self._unserved(mode, key, compute, inputs)  # type: ignore[no-any-return]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import DecodeError
 from ..stores.protocol import Entry, LeaseStore
+from ._guard import timed_out_before
 from ._runtime import cancel_and_wait, spawn
 
 if TYPE_CHECKING:
@@ -241,8 +242,8 @@ class Leases:
     ) -> Any:
         """One lease call; a failure or timeout is ``_FAILED``, counted and logged."""
         guard = self._engine.guard
-        if guard.cooling(what):
-            return _FAILED  # the store is cooling down after repeated failures
+        if guard.cooling(what) or timed_out_before(what):
+            return _FAILED  # the store is cooling down, or this request paid its timeout
         try:
             async with asyncio.timeout(timeout):
                 return await call()
