@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +207,59 @@ async def test_a_dead_store_never_fails_a_prediction(redis_server: RedisServer) 
         assert await predict(2) == 20
         assert runs == ["run", "run"]
         assert cache.stats()["errors"] >= 3
+
+
+@pytest.mark.parametrize("store_wait", [0.0, 60.0])
+async def test_store_wait_decides_what_a_miss_does_while_the_store_is_down(
+    redis_server: RedisServer, store_wait: float
+) -> None:
+    """Two replicas (caches sharing only the store) miss the same key while Redis is down.
+
+    Failing open (``store_wait=0``) each computes at once, and a non-deterministic
+    model answers them differently. With ``store_wait`` they keep trying the
+    store, and once it is back one takes the lease and computes; the other gets
+    its decision: the fleet gives one answer.
+    """
+    pytest.importorskip("redis")
+    url = f"{redis_server.url}?prefix=wait:&{GENEROUS}"
+    runs: list[str] = []
+    caches = [
+        DecisionCache(
+            open_store(url), leases=True, store_timeout=STORE_TIMEOUT, store_wait=store_wait
+        )
+        for _ in range(2)
+    ]
+
+    def replica(cache: DecisionCache, name: str) -> Callable[[int], Awaitable[str]]:
+        @cached_prediction(cache, namespace="predict")
+        async def predict(x: int) -> str:
+            runs.append(name)
+            return f"{name}:{os.urandom(4).hex()}"
+
+        return predict
+
+    predictors = [replica(cache, str(n)) for n, cache in enumerate(caches)]
+    try:
+        for cache in caches:
+            await cache.store.get(b"\0" * 16)  # connected
+        redis_server.kill()
+        calls = [asyncio.create_task(predict(1)) for predict in predictors]
+        # Both have found the store down (their get, and their lease, failed).
+        await _until(lambda: all(cache.stats()["errors"] >= 2 for cache in caches))
+        if store_wait:
+            # Waiting for the store: nobody computed, nobody was answered.
+            assert runs == [] and not any(call.done() for call in calls)
+            redis_server.start()
+        # Failing open, both are answered while the store is still down.
+        answers = await asyncio.wait_for(asyncio.gather(*calls), WAIT_TIMEOUT)
+    finally:
+        for cache in caches:
+            await cache.aclose()
+            await cache.store.aclose()
+    if store_wait:
+        assert len(runs) == 1 and answers[0] == answers[1], [c.stats() for c in caches]
+    else:
+        assert sorted(runs) == ["0", "1"] and answers[0] != answers[1]
 
 
 # -- across processes ----------------------------------------------------------

@@ -136,6 +136,8 @@ class Engine:
         self.mode: Mode = "live"
         self.coalesce = True
         self.coalesce_timeout: float | None = 300.0
+        # With leases: seconds a miss keeps trying a store that fails before computing.
+        self.store_wait = 0.0
         self.ttl: float | TtlHook | None = None
         self.admit: AdmitHook | None = None
         self.renew_on_hit = False

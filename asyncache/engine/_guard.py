@@ -354,6 +354,12 @@ class StoreGuard:
         async with asyncio.timeout(self.timeout):
             return await awaitable
 
+    def recovered(self, what: str) -> None:
+        """A call like ``what`` succeeded: its kind's failures and cool-down are over."""
+        health = self.health(what)
+        health.failures = 0
+        health.skip_until = 0.0
+
     def failed(self, what: str, exc: Exception) -> None:
         """Count and log a failed store call; start its kind's cool-down after too many in a row."""
         self._stats.errors += 1

@@ -20,7 +20,10 @@ ends within ``lease_ttl``, after which a waiter takes over.
 
 A store failure at any step is counted and logged like every store failure,
 and the prediction is computed without a lease: leases may cost a duplicate
-computation, never a failed one.
+computation, never a failed one. With ``store_wait`` the lease is tried again
+(with backoff, through the store's failure cool-down) until the store answers
+or ``store_wait`` seconds passed: a fleet then waits out a failover and gives
+one answer, at the price of that wait; after it, it computes as above.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import DecodeError
 from ..stores.protocol import Entry, LeaseStore
-from ._guard import timed_out_before
+from ._guard import new_request, timed_out_before
 from ._runtime import cancel_and_wait, spawn
 
 if TYPE_CHECKING:
@@ -45,6 +48,9 @@ T = TypeVar("T")
 
 # A store call that failed: distinct from ``None`` (no entry) and ``False`` (not acquired).
 _FAILED: Any = object()
+# The backoff between tries of a store that fails, under ``store_wait``.
+_REACH_FIRST = 0.05
+_REACH_MAX = 0.5
 
 
 class LeaseStart(NamedTuple):
@@ -116,7 +122,7 @@ class Leases:
     async def begin(self, key: bytes) -> LeaseStart:
         """Try once to take the lease on ``key``; never waits for another process."""
         token = os.urandom(16)
-        acquired = await self._acquire(key, token)
+        acquired = await self._reach(key, token)
         if acquired is _FAILED:
             return LeaseStart(None, None, held=False)
         if acquired:
@@ -156,7 +162,7 @@ class Leases:
                     return None, entry
                 # No entry and (the store says) no lease: its owner is gone. The
                 # acquire is atomic, so exactly one waiter takes over.
-                acquired = await self._acquire(key, token)
+                acquired = await self._reach(key, token)
                 if acquired is _FAILED:
                     return None, None
                 if acquired:
@@ -208,12 +214,31 @@ class Leases:
         await cancel_and_wait(list(self._renewals.values()))
         self._renewals.clear()
 
-    async def _acquire(self, key: bytes, token: bytes) -> Any:
+    async def _reach(self, key: bytes, token: bytes) -> Any:
+        """``_acquire``, tried again while the store fails, for up to ``store_wait`` seconds."""
+        acquired = await self._acquire(key, token)
+        wait = self._engine.store_wait
+        if acquired is not _FAILED or not wait:
+            return acquired
+        deadline = time.monotonic() + wait
+        delay = _REACH_FIRST
+        while acquired is _FAILED:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return _FAILED
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, _REACH_MAX)
+            new_request()  # each try may pay one store timeout
+            acquired = await self._acquire(key, token, probe=True)
+        return acquired
+
+    async def _acquire(self, key: bytes, token: bytes, *, probe: bool = False) -> Any:
         store, ttl = self._store, self.ttl
         return await self._call(
             "acquire_lease",
             self._engine.guard.timeout,
             lambda: store.acquire_lease(key, token, ttl),
+            probe=probe,
         )
 
     async def _release(self, key: bytes, token: bytes) -> None:
@@ -239,19 +264,28 @@ class Leases:
         what: str,
         timeout: float | None,  # noqa: ASYNC109 - each lease step has its own bound
         call: Callable[[], Awaitable[Any]],
+        *,
+        probe: bool = False,
     ) -> Any:
-        """One lease call; a failure or timeout is ``_FAILED``, counted and logged."""
+        """One lease call; a failure or timeout is ``_FAILED``, counted and logged.
+
+        ``probe`` tries the store even while it cools down (``store_wait``
+        waits for it to come back); its success ends the cool-down.
+        """
         guard = self._engine.guard
-        if guard.cooling(what) or timed_out_before(what):
+        if not probe and (guard.cooling(what) or timed_out_before(what)):
             return _FAILED  # the store is cooling down, or this request paid its timeout
         try:
             async with asyncio.timeout(timeout):
-                return await call()
+                result = await call()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             guard.failed(what, exc)
             return _FAILED
+        if probe:
+            guard.recovered(what)
+        return result
 
 
 def lease_store(store: object) -> LeaseStore | None:
