@@ -92,6 +92,16 @@ async def read_per_node(
     Returns per name its raw value, ``None``, or the ``StoreError`` (with
     ``shard`` set to the node) its node failed with.
     """
+    due = getattr(client, "_initialize_due", None)
+    if due is not None and due():
+        # A refresh of the topology an error asked for (a failover) runs here, once,
+        # outside every node's timeout: run inside one node's request, it would
+        # count against that (healthy) node. It never raises; it keeps the current
+        # topology when it reaches no node.
+        try:
+            await client.initialize()
+        except DRIVER_ERRORS:
+            pass
     groups: dict[str, list[int]] = {}
     failed: dict[int, StoreError] = {}
     nodes_manager = client.nodes_manager
