@@ -246,6 +246,7 @@ def start_cluster(
     *,
     masters: int = 3,
     replicas: int = 0,
+    extra_args: Sequence[str] = (),
     timeout: float = 60.0,
 ) -> RedisCluster:
     """Start ``masters`` cluster-enabled servers (and ``replicas`` replicas of each), join them
@@ -257,7 +258,10 @@ def start_cluster(
         RuntimeError: a node did not start or the cluster did not converge in time.
     """
     count = masters * (1 + replicas)
-    nodes = [RedisServer(server_binary, workdir, cluster=True) for _ in range(count)]
+    nodes = [
+        RedisServer(server_binary, workdir, cluster=True, extra_args=extra_args)
+        for _ in range(count)
+    ]
     cluster = RedisCluster(nodes)
     try:
         for node in nodes:

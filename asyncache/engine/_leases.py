@@ -204,8 +204,16 @@ class Leases:
             )
             if kept is False:
                 # Another process took it: ours ran out (this loop stalled past the
-                # ttl, or the store was unreachable). It computes too; nothing is lost
-                # but a duplicate computation, and the first decision stored wins.
+                # ttl, or the store was unreachable), or the store does not let a
+                # holder renew. It computes too; nothing is lost but a duplicate
+                # computation, and the first decision stored wins.
+                self._engine.log.warning(
+                    "lease-renewal",
+                    "asyncache: a lease could not be renewed while its model ran (another "
+                    "process took it, or %s does not renew a holder's lease); raise "
+                    "lease_ttl if this repeats",
+                    type(store).__name__,
+                )
                 return
             # A failed renewal (_FAILED) is tried again a third of a ttl later.
 

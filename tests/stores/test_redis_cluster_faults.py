@@ -195,6 +195,9 @@ async def test_a_failover_costs_only_the_lost_primarys_keys_and_is_followed(
         require_binary("redis-cli"),
         tmp_path / "cluster",
         replicas=1,
+        # Without it Redis itself refuses every key (CLUSTERDOWN) from the moment the
+        # lost primary is marked failed until its replica is promoted.
+        extra_args=["--cluster-require-full-coverage", "no"],
     )
     store = RedisStore.from_url(
         f"{cluster.url}?socket_timeout=0.5&socket_connect_timeout=0.5", prefix=PREFIX
@@ -215,13 +218,13 @@ async def test_a_failover_costs_only_the_lost_primarys_keys_and_is_followed(
         # The replica holds every key before its primary dies (replication is asynchronous).
         await _until_async(lambda: send_command(replica.port, "DBSIZE") == str(len(on)).encode())
         victim.kill()
-        healthy_failures = 0
+        healthy_errors: list[str] = []
         promoted_at: float | None = None
         deadline = time.monotonic() + 60  # a hang guard, never a timing assertion
         while True:
             assert time.monotonic() < deadline, "the failover was never followed"
             got = await asyncio.gather(*(store.get(k) for k in on + off), return_exceptions=True)
-            healthy_failures += sum(isinstance(g, BaseException) for g in got[len(on) :])
+            healthy_errors += [str(g) for g in got[len(on) :] if isinstance(g, BaseException)]
             if promoted_at is None and _master_of(replica.port, replica.port):
                 promoted_at = time.monotonic()
             if all(not isinstance(g, BaseException) and g is not None for g in got[: len(on)]):
@@ -229,9 +232,8 @@ async def test_a_failover_costs_only_the_lost_primarys_keys_and_is_followed(
             await asyncio.sleep(0.05)
         assert promoted_at is not None
         followed_after = time.monotonic() - promoted_at
-        # Not asserted: the other primaries' keys fail for a round or two (about a
-        # second) while the client switches to the new topology; it is printed.
-        print(f"followed {followed_after:.2f} s after the promotion; {healthy_failures} failures")
+        # The other primaries' keys hit through the whole failover.
+        assert healthy_errors == []
         # The lost primary's keys came back from its promoted replica: the client
         # learned the new topology (its slots) by itself.
         assert followed_after < 5.0, followed_after
