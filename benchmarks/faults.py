@@ -10,7 +10,7 @@ Run: ``.venv/bin/python benchmarks/faults.py`` (``--json PATH`` writes the table
    concurrent calls through the cache (model runs per round: the 10 keys on
    the stopped primary are the least possible), and one lone store call to
    the stopped primary (seconds: one ``socket_timeout``, not three).
-2. A killed lease owner. A second process (``tests/lease_worker.py``) takes
+2. A killed lease owner. A second process (``tests/engine/lease_worker.py``) takes
    the lease on a key and runs a 30 s model; a caller here waits on it. After
    five lease ttls the owner is killed with ``kill -9``: seconds from the kill
    to the caller's answer (the lease's default ttl is 1 s), on SQLite and on
@@ -169,7 +169,7 @@ def _spawn(workdir: Path, store: str) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "tests.lease_worker",
+            "tests.engine.lease_worker",
             "--store",
             store,
             "--runs",

@@ -16,8 +16,8 @@ from asyncache.engine._guard import StoreGuard
 from asyncache.stats import CacheStats, RateLimitedLog
 from asyncache.stores.redis import RedisStore
 
-from .servers import RedisServer
-from .support import GENEROUS_REDIS_TIMEOUTS
+from ..servers import RedisServer
+from ..support import GENEROUS_REDIS_TIMEOUTS
 
 
 class SlowStore:
