@@ -49,7 +49,7 @@ from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
-from ._guard import StoreGuard
+from ._guard import StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
 
@@ -141,6 +141,8 @@ class Engine:
         self.mode: Mode = "live"
         self.coalesce = True
         self.coalesce_timeout: float | None = 300.0
+        # With leases: seconds a miss keeps trying a store that fails before computing.
+        self.store_wait = 0.0
         self.ttl: float | TtlHook | None = None
         self.admit: AdmitHook | None = None
         self.renew_on_hit = False
@@ -271,6 +273,7 @@ class Engine:
         Raises:
             ReplayMiss: in replay, a corrupt entry (left as it was).
         """
+        new_request()
         entry = await self.store_get(key)
         if entry is None:
             return None
@@ -305,6 +308,7 @@ class Engine:
                 middleware audits only routes that say they may be re-run).
             source: told where the answer came from when ``compute`` did not run.
         """
+        new_request()
         mode = self.mode
         if mode != "live" and mode != "replay":
             return await self._unserved(mode, key, compute, inputs)  # type: ignore[no-any-return]
@@ -809,6 +813,8 @@ class Engine:
             if mine:
                 await asyncio.gather(*mine, return_exceptions=True)
         await self.flights.aclose()
+        if self.leases is not None:
+            await self.leases.aclose()
 
 
 # The inputs of a call the caller cannot name (a corrupt entry found by key alone).
@@ -903,4 +909,8 @@ class Leasing(Protocol):
 
     async def finish(self, key: bytes, token: bytes | None) -> None:
         """Release a lease ``begin`` took."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop renewing the leases still held."""
         ...
