@@ -18,7 +18,7 @@ here, never from its underscore modules. Its modules:
 """
 
 from ._audit import Auditor, Compare, MismatchHook
-from ._engine import MISS, AdmitHook, Engine, Fingerprint, Source, TtlHook, Unshared
+from ._engine import MISS, AdmitHook, Engine, Fingerprint, Fresh, Source, TtlHook, Unshared
 from ._flights import error_for_caller
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
@@ -42,6 +42,7 @@ __all__ = [
     "Engine",
     "Event",
     "Fingerprint",
+    "Fresh",
     "Leases",
     "MismatchHook",
     "Source",

@@ -8,11 +8,13 @@ whose client left cuts the run short for the requests that share it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from ..engine import Unshared, cancelled, is_cancellation, new_event, spawn
+from ..engine import Fresh, Unshared, cancelled, is_cancellation, new_event, spawn
 from .broadcast import Broadcast
 from .capture import ResponseCapture
+from .freshness import freshness
 from .response import StoredResponse, invalid_reason, to_value
 from .settings import ExchangeSettings
 from .types import Message, Receive, Scope
@@ -110,13 +112,22 @@ class AppRunner:
             run.settle(Unshared(None))
             return
         head = self.inputs[0] == "HEAD"
-        value = to_value(response, self.settings.headers.names, head=head)
+        now = time.time()
+        left, age = freshness(response.headers, now)
+        # Only a response that says how old it is or how long it lives keeps when it was
+        # born (its hits then say their Age): a value that changes with time on every run
+        # would make each audit and shadow comparison a mismatch.
+        aged = left is not None or age > 0
+        value = to_value(
+            response, self.settings.headers.names, head=head, born=now - age if aged else None
+        )
         invalid = invalid_reason(value, head=head)
         if invalid is not None:
             stats.not_admitted(f"invalid_{invalid}")
             run.settle(Unshared(None))
             return
-        run.settle(value)
+        # A response that gives its own lifetime is kept for what is left of it.
+        run.settle(value if left is None else Fresh(value, left))
 
     async def recompute(self) -> Any:
         """Run the app again in the background for an audit; its response goes nowhere.

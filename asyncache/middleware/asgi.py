@@ -25,6 +25,7 @@ from ..engine import MISS
 from ..stats import RateLimitedLog
 from .exchange import Exchange, ExchangeSettings, OnHit
 from .request import (
+    FORWARDING,
     REMEMBERED_BODY_BYTES,
     BodyReplay,
     RequestHeads,
@@ -66,9 +67,11 @@ class DecisionCacheMiddleware:
             always in the key).
         paths: another name for ``routes``; give one or the other.
         methods: the methods to cache.
-        vary: request headers whose values are part of the key. An absent
-            header and an empty one key differently. A response whose ``Vary``
-            names a header outside this list (and ``Content-Type``) is not stored.
+        vary: request headers whose values are part of the key, every value
+            of a repeated one in order. An absent header and an empty one key
+            differently; ``-`` and ``_`` in a name are one (a WSGI bridge maps
+            both to one variable). A response whose ``Vary`` names a header
+            outside this list (and ``Content-Type`` and ``Host``) is not stored.
         scope: ``scope(asgi_scope)`` returns the principal or tenant the
             response belongs to (sync or async). It is the key's scope, so
             entries never cross it. Without it, requests with credentials
@@ -81,7 +84,15 @@ class DecisionCacheMiddleware:
             whatever this says (they answer one request's ``Range`` or validators).
         max_body_bytes: request bodies larger than this bypass the cache; the
             app still receives them whole.
-        credentials: request headers that make a request private.
+        credentials: request headers that make a request private, in any
+            case and with ``-`` or ``_`` alike (``x_api_key`` is ``X-Api-Key``).
+        forwarding: what to do with a request that carries a forwarding header
+            (``Forwarded``, ``X-Forwarded-Host``, ``X-Forwarded-Proto``...: see
+            ``FORWARDING``) not named in ``vary``, or two ``Host`` headers:
+            ``"bypass"`` (the default: the app answers it alone) or ``"key"``
+            (every forwarding header and every ``Host`` value join the key).
+            An app behind a proxy that always sends one, and that may read it,
+            names it in ``vary`` or says ``"key"``.
         fingerprint: the model's fingerprint for these routes; the cache's by default.
         status_header: the response header saying what happened
             (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``); ``None`` for none.
@@ -118,9 +129,12 @@ class DecisionCacheMiddleware:
         cache_status: bool | str = False,
         on_hit: OnHit | None = None,
         audit: bool = False,
+        forwarding: str = "bypass",
     ) -> None:
         if routes is not None and paths is not None:
             raise ValueError("give routes or paths, not both")
+        if forwarding not in ("bypass", "key"):
+            raise ValueError('forwarding must be "bypass" or "key"')
         if max_body_bytes < 0:
             raise ValueError("max_body_bytes must not be negative")
         self.app = app
@@ -134,9 +148,11 @@ class DecisionCacheMiddleware:
             {name: cache.key_builder(name, fingerprint) for name in self._routes.names}
         )
         self._methods = frozenset(method.upper() for method in methods)
-        vary_names = [name.lower().encode("latin-1") for name in vary]
+        vary_names = [_header_name(name) for name in vary]
+        if forwarding == "key":
+            vary_names += [name for name in (*FORWARDING, b"host") if name not in vary_names]
         self._heads = RequestHeads(
-            vary_names, [name.lower().encode("latin-1") for name in credentials], max_body_bytes
+            vary_names, [_header_name(name) for name in credentials], max_body_bytes
         )
         self._scope_fn = scope
         self._headers = StatusHeaders(status_header, cache_status)
@@ -269,7 +285,7 @@ class DecisionCacheMiddleware:
                 {
                     "type": "http.response.start",
                     "status": value.status,
-                    "headers": [*value.hit_headers],
+                    "headers": value.hit_start(),
                 }
             )
             await send({"type": "http.response.body", "body": value.body, "more_body": False})
@@ -291,3 +307,8 @@ class DecisionCacheMiddleware:
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         self._settings.count_bypass(reason)
         await self.app(scope, receive, self._headers.tagged(send, "bypass", reason))
+
+
+def _header_name(name: str) -> bytes:
+    """A header name as the request side matches it: lowercase, ``-`` for ``_``."""
+    return name.lower().replace("_", "-").encode("latin-1")
