@@ -22,7 +22,9 @@ from typing import Any
 
 from ..cache import DecisionCache
 from ..engine import MISS
+from ..keys import canonical
 from ..stats import RateLimitedLog
+from ..stores import ENTRY_SCOPE
 from .exchange import Exchange, ExchangeSettings, OnHit
 from .request import (
     FORWARDING,
@@ -301,8 +303,17 @@ class DecisionCacheMiddleware:
         )
         if value is not MISS:
             await exchange.answer(value)  # on_hit decides
-        else:
+        elif principal is None:
             await exchange.run()
+        else:
+            # What this run stores counts against its scope's budget in a memory store.
+            token = ENTRY_SCOPE.set(
+                principal if type(principal) is str else canonical(principal).decode()
+            )
+            try:
+                await exchange.run()
+            finally:
+                ENTRY_SCOPE.reset(token)
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         self._settings.count_bypass(reason)

@@ -448,6 +448,8 @@ class RequestKeys:
             not head.remembered
             or len(body) > REMEMBERED_BODY_BYTES
             or not (principal is None or type(principal) is str)
+            or len(principal or "") + len(scope.get("query_string", b"")) > REMEMBERED_BODY_BYTES
+            or len(scope.get("path", "")) + len(scope.get("root_path", "")) > REMEMBERED_BODY_BYTES
         ):
             return self._build(route, scope, head, body, principal)
         # The head stands for the headers it was read from (by identity: a head is
@@ -484,7 +486,9 @@ class RequestKeys:
 
 
 REMEMBERED_BODY_BYTES = 1024
-"""Requests with bodies up to this size have their keys remembered."""
+"""Requests with bodies up to this size (and paths, queries and principals as well)
+have their keys remembered: what the memory holds is bounded in bytes, whatever
+the clients send."""
 REMEMBERED_REQUESTS = 512
 """How many keys (and, apart, heads) are remembered; the oldest goes first."""
 REMEMBERED_HEADER_BYTES = 4096

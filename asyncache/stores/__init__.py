@@ -4,12 +4,13 @@
 Redis); ``asyncache.testing`` the contract suite every store must pass.
 """
 
-from .memory import MemoryStore
+from .memory import ENTRY_SCOPE, MemoryStore
 from .protocol import DecisionStore, Entry, EntryScan, LeaseStore, is_live
 from .registry import open_store, register_store
 from .tiered import TieredStore
 
 __all__ = [
+    "ENTRY_SCOPE",
     "DecisionStore",
     "Entry",
     "EntryScan",
