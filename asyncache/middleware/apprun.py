@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..engine import Fresh, Unshared, cancelled, is_cancellation, new_event, spawn
-from .broadcast import Broadcast
-from .capture import ResponseCapture
+from ..engine import Broadcast, Fresh, Unshared, cancelled, is_cancellation, new_event, spawn
+from .capture import ResponseCapture, response_broadcast
 from .freshness import freshness
 from .response import StoredResponse, invalid_reason, to_value
 from .settings import ExchangeSettings
@@ -152,7 +151,7 @@ class AppRunner:
             if not done:
                 done.append((response, reason))
 
-        broadcast = Broadcast(settings.engine.max_entry_bytes, None, self.key)
+        broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=False)
         try:
             await settings.app(dict(self.scope), receive, settings.capture(broadcast, {}, finish))
         except OSError:

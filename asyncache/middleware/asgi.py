@@ -25,7 +25,7 @@ from ..engine import MISS
 from ..keys import canonical
 from ..stats import RateLimitedLog
 from ..stores import ENTRY_SCOPE
-from .exchange import Exchange, ExchangeSettings, OnHit
+from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
 from .request import (
     FORWARDING,
     REMEMBERED_BODY_BYTES,
@@ -316,6 +316,12 @@ class DecisionCacheMiddleware:
                 ENTRY_SCOPE.reset(token)
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
+        if self._engine.mode == "replay":
+            # Replay never runs the app for a cached route, whatever kept the cache out.
+            await refuse_in_replay(
+                send, self._settings, f"the request would bypass the cache ({reason})"
+            )
+            return
         self._settings.count_bypass(reason)
         await self.app(scope, receive, self._headers.tagged(send, "bypass", reason))
 
