@@ -31,9 +31,20 @@ class AppRunner:
         key: the request's key.
         inputs: the canonical request.
         body: the request body, for an audit's run of the app.
+        route: the route, whose typical run a storable answer times (``RunTimes``).
     """
 
-    __slots__ = ("app", "body", "broadcast", "inputs", "key", "receive", "scope", "settings")
+    __slots__ = (
+        "app",
+        "body",
+        "broadcast",
+        "inputs",
+        "key",
+        "receive",
+        "route",
+        "scope",
+        "settings",
+    )
 
     def __init__(
         self,
@@ -43,8 +54,10 @@ class AppRunner:
         key: bytes,
         inputs: list[Any],
         body: bytes,
+        route: str = "",
     ) -> None:
         self.settings = settings
+        self.route = route
         self.scope = scope
         self.receive = receive
         self.key = key
@@ -65,6 +78,7 @@ class AppRunner:
         broadcast = self.broadcast
         assert broadcast is not None
         settings.stats.outcomes["miss"] += 1
+        started = time.perf_counter()
         self.app = run = AppRun()
         capture = settings.capture(broadcast, self.scope, self._finish)
         receive = LeaderReceive(self.receive, broadcast)
@@ -78,6 +92,9 @@ class AppRunner:
             raise
         if run.response_error is not None:
             raise run.response_error
+        if type(run.value) is not Unshared:
+            # A run whose answer followers could have had: what they may wait for.
+            settings.run_times.ran(self.route, time.perf_counter() - started)
         return run.value
 
     async def _run_app(

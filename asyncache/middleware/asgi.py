@@ -10,7 +10,8 @@ key from the canonical request (with its host and scheme) and looks it up. A
 hit is answered from the store without calling the app. A miss runs the app
 once per key at a time: identical requests that arrive meanwhile share its
 response as it streams, or run the app themselves as soon as its start
-message shows it is private.
+message shows the cache would not store it (private, a ``5xx``...), when it
+raised first, or when it is much slower to start than the route's runs are.
 """
 
 from __future__ import annotations
@@ -95,6 +96,13 @@ class DecisionCacheMiddleware:
             (every forwarding header and every ``Host`` value join the key).
             An app behind a proxy that always sends one, and that may read it,
             names it in ``vary`` or says ``"key"``.
+        follower_timeout: how long a request waits for an identical request's
+            run of the app to start its answer before running the app itself,
+            in seconds. ``None`` (the default): a few times the route's
+            typical run (``FOLLOWER_FACTOR`` times the moving average of the
+            runs whose answer could be shared, at least ``FOLLOWER_FLOOR``),
+            and the cache's ``coalesce_timeout`` until one was timed. Never
+            longer than ``coalesce_timeout``.
         fingerprint: the model's fingerprint for these routes; the cache's by default.
         status_header: the response header saying what happened
             (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``); ``None`` for none.
@@ -132,9 +140,12 @@ class DecisionCacheMiddleware:
         on_hit: OnHit | None = None,
         audit: bool = False,
         forwarding: str = "bypass",
+        follower_timeout: float | None = None,
     ) -> None:
         if routes is not None and paths is not None:
             raise ValueError("give routes or paths, not both")
+        if follower_timeout is not None and not follower_timeout >= 0:
+            raise ValueError("follower_timeout must be a number of seconds, or None")
         if forwarding not in ("bypass", "key"):
             raise ValueError('forwarding must be "bypass" or "key"')
         if max_body_bytes < 0:
@@ -175,6 +186,7 @@ class DecisionCacheMiddleware:
             admit=admit,
             on_hit=on_hit,
             audit=audit,
+            follower_timeout=follower_timeout,
         )
 
     def __repr__(self) -> str:
@@ -300,6 +312,7 @@ class DecisionCacheMiddleware:
             key,
             head,
             body,
+            route,
         )
         if value is not MISS:
             await exchange.answer(value)  # on_hit decides

@@ -80,9 +80,6 @@ _COOKIES = frozenset({b"set-cookie", b"set-cookie2"})
 NEVER_STORED = frozenset({206, 304})
 """Statuses never stored, whatever ``statuses`` says: each answers one request's
 ``Range`` or validators, which the key does not hold."""
-# Refusals whose response followers may still share live (a failure, or a body
-# too large to keep): nothing in it belongs to the request that ran the app.
-_SHAREABLE_REFUSALS = frozenset({"failure", "too_large"})
 # Statuses that carry no body and must not carry Content-Length (RFC 9110 8.6).
 _NO_LENGTH = frozenset({204, 304})
 # RFC 9110 5.1 and 5.5: a field name is a token; a value has no CR, LF, NUL nor other controls.
@@ -136,8 +133,7 @@ def refusal(
 ) -> str | None:
     """Why a response cannot be stored, judged by its start message; ``None`` if it may be.
 
-    A ``5xx`` is refused as ``failure``: it is not stored, but the requests
-    waiting on it share it, as callers share an exception (``shareable``).
+    A ``5xx`` is refused as ``failure``: neither stored nor shared (``shareable``).
     """
     status = message.get("status")
     if status not in statuses or status in NEVER_STORED:
@@ -190,8 +186,13 @@ def refusal(
 
 
 def shareable(reason: str | None) -> bool:
-    """Whether requests waiting on a response refused for ``reason`` may share it live."""
-    return reason is None or reason in _SHAREABLE_REFUSALS
+    """Whether requests waiting on a response refused for ``reason`` may share it live.
+
+    Only a response the cache would store: a ``5xx`` (a quota, an overload) may
+    be the requesting client's own failure, and a response too large to keep
+    is not one the cache vouches for.
+    """
+    return reason is None
 
 
 def _in_the_past(value: bytes) -> bool:

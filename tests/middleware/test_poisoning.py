@@ -8,6 +8,7 @@ the app (two ``Host`` headers, header names with ``_``).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 import tracemalloc
@@ -30,7 +31,7 @@ from asyncache.keys import canonical
 from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.stores import MemoryStore
 
-from . import raw_exchange, serving
+from . import raw_exchange, serving, wait_until
 
 SERVERS = ["httptools", "h11", "hypercorn"]
 UVICORN = ["httptools", "h11"]
@@ -302,8 +303,6 @@ async def test_a_stale_entry_is_not_served_past_its_max_age() -> None:
 
 
 async def _sleep_past(seconds: float) -> None:
-    import asyncio
-
     await asyncio.sleep(seconds)
 
 
@@ -413,3 +412,64 @@ async def test_one_tenant_cannot_evict_another_past_its_budget(server: str) -> N
             again = await client.post("/predict", json={"n": n}, headers=victim)
             assert again.headers["x-cache"] == "hit"
         assert len(store) == 3 + 4
+
+
+# -- 7. followers share only what the cache would store, and wait only so long --------
+
+
+def quota_app(cache: DecisionCache, released: asyncio.Event) -> Starlette:
+    """An app whose quota (by a header the key does not read, as a client address) turns
+    one client away, or throttles it until ``released``."""
+
+    async def predict(request: Request) -> JSONResponse:
+        body = await request.json()
+        client = request.headers.get("x-client")
+        if client in ("over-quota", "throttled"):
+            # Held until an identical request of someone else's waits on this run.
+            await wait_until(lambda: cache.stats()["coalesced"] >= 1, "the victim follows")
+            if client == "over-quota":
+                return JSONResponse({"error": "quota exceeded"}, status_code=503)
+            await released.wait()
+        return JSONResponse({"label": body["text"].upper()})
+
+    return Starlette(routes=[Route("/predict", predict, methods=["POST"])])
+
+
+@pytest.mark.parametrize("server", UVICORN)
+async def test_a_leaders_5xx_is_not_handed_to_its_followers(server: str) -> None:
+    cache = DecisionCache()
+    app = cached(quota_app(cache, asyncio.Event()), cache=cache)
+    async with serving(app, server) as url, httpx.AsyncClient(base_url=url) as client:
+        attacker = asyncio.create_task(
+            client.post("/predict", json={"text": "hi"}, headers={"x-client": "over-quota"})
+        )
+        await wait_until(lambda: cache.stats()["in_flight"] == 1, "the attacker's run started")
+        async with asyncio.timeout(10):
+            victim = await client.post("/predict", json={"text": "hi"})
+        assert (victim.status_code, victim.json()) == (200, {"label": "HI"})
+        assert victim.headers["x-cache"] == "miss"
+        assert (await attacker).status_code == 503
+
+
+@pytest.mark.parametrize("server", UVICORN)
+async def test_a_follower_does_not_wait_on_a_throttled_leader(server: str) -> None:
+    cache = DecisionCache()  # coalesce_timeout 300 s; follower_timeout follows the route
+    released = asyncio.Event()
+    app = cached(quota_app(cache, released), cache=cache)
+    async with serving(app, server) as url, httpx.AsyncClient(base_url=url) as client:
+        for text in ("a", "b", "c"):  # the route's typical run: a few milliseconds
+            await client.post("/predict", json={"text": text})
+        attacker = asyncio.create_task(
+            client.post("/predict", json={"text": "hi"}, headers={"x-client": "throttled"})
+        )
+        await wait_until(lambda: cache.stats()["in_flight"] == 1, "the attacker's run started")
+        try:
+            # A hang guard, not a timing claim: before, the victim waited up to 300 s.
+            async with asyncio.timeout(10):
+                victim = await client.post("/predict", json={"text": "hi"})
+        finally:
+            released.set()
+        assert (victim.status_code, victim.json()) == (200, {"label": "HI"})
+        assert victim.headers["x-cache"] == "miss"
+        assert cache.stats()["coalesce_timeouts"] == 1
+        assert (await attacker).status_code == 200
