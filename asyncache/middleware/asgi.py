@@ -23,9 +23,8 @@ from typing import Any
 
 from ..cache import DecisionCache
 from ..engine import MISS
-from ..keys import canonical
 from ..stats import RateLimitedLog
-from ..stores import ENTRY_SCOPE
+from ..stores import entries_of
 from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
 from .request import (
     FORWARDING,
@@ -320,13 +319,8 @@ class DecisionCacheMiddleware:
             await exchange.run()
         else:
             # What this run stores counts against its scope's budget in a memory store.
-            token = ENTRY_SCOPE.set(
-                principal if type(principal) is str else canonical(principal).decode()
-            )
-            try:
+            with entries_of(principal):
                 await exchange.run()
-            finally:
-                ENTRY_SCOPE.reset(token)
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         if self._engine.mode == "replay":

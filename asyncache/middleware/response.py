@@ -332,10 +332,9 @@ class Replay:
 
     def hit_start(self) -> list[tuple[bytes, bytes]]:
         """The headers of one hit: ``hit_headers``, then its ``Age`` (RFC 9111 5.1)."""
-        born = self.born
-        if born is None:
+        if self.born is None:
             return [*self.hit_headers]
-        return [*self.hit_headers, (b"age", b"%d" % max(0, int(time.time() - born)))]
+        return [*self.hit_headers, _age(self.born)]
 
     @classmethod
     def of(cls, value: Any, *, head: bool, hit_headers: FixedHeaders = ()) -> Replay:
@@ -368,13 +367,18 @@ class Replay:
         """The two messages that answer a request, with ``extra`` headers, then ``Age``, last."""
         headers = [*self.headers, *extra]
         if self.born is not None:
-            headers.append((b"age", b"%d" % max(0, int(time.time() - self.born))))
+            headers.append(_age(self.born))
         start = {
             "type": "http.response.start",
             "status": self.status,
             "headers": headers,
         }
         return start, {"type": "http.response.body", "body": self.body, "more_body": False}
+
+
+def _age(born: float) -> tuple[bytes, bytes]:
+    """The ``Age`` header of a response generated at ``born`` (Unix seconds), now."""
+    return b"age", b"%d" % max(0, int(time.time() - born))
 
 
 def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Replay]:

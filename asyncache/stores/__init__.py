@@ -4,7 +4,7 @@
 Redis); ``asyncache.testing`` the contract suite every store must pass.
 """
 
-from .memory import ENTRY_SCOPE, MemoryStore
+from .memory import ENTRY_SCOPE, MemoryStore, entries_of
 from .protocol import DecisionStore, Entry, EntryScan, LeaseStore, is_live
 from .registry import open_store, register_store
 from .tiered import TieredStore
@@ -17,6 +17,7 @@ __all__ = [
     "LeaseStore",
     "MemoryStore",
     "TieredStore",
+    "entries_of",
     "is_live",
     "open_store",
     "register_store",

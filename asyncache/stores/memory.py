@@ -12,19 +12,38 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..keys import canonical
 from .protocol import Entry
 
-__all__ = ["ENTRY_SCOPE", "MemoryStore", "memory_options"]
+__all__ = ["ENTRY_SCOPE", "MemoryStore", "entries_of", "memory_options"]
 
 ENTRY_SCOPE: ContextVar[str | None] = ContextVar("asyncache_entry_scope", default=None)
 """The scope (tenant, principal) the entries added in this context belong to;
 ``None``: unscoped. Only ``max_entries_per_scope`` reads it; entries added
 without it share the unscoped budget."""
+
+
+@contextmanager
+def entries_of(scope: Any) -> Iterator[None]:
+    """Within it, what is added counts against ``scope``'s budget (``ENTRY_SCOPE``).
+
+    ``scope`` is the key's scope (a principal, a tenant): a string as it is,
+    anything else by its canonical encoding, so equal scopes share a budget.
+    """
+    if scope is None:
+        yield
+        return
+    token = ENTRY_SCOPE.set(scope if type(scope) is str else canonical(scope).decode())
+    try:
+        yield
+    finally:
+        ENTRY_SCOPE.reset(token)
 
 
 def _block(size: int) -> int:
