@@ -216,7 +216,7 @@ async def serving(app: App, server: str) -> AsyncIterator[str]:
     stop = asyncio.Event()
     task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
     try:
-        await wait_until(lambda: _listening(port) or task.done(), "hypercorn is listening")
+        await until(lambda: _listening(port) or task.done(), "hypercorn is listening")
         if task.done():
             task.result()
         yield f"http://127.0.0.1:{port}"

@@ -30,8 +30,9 @@ from asyncache import DecisionCache
 from asyncache.keys import canonical
 from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.stores import MemoryStore
+from tests.support import until
 
-from . import raw_exchange, serving, wait_until
+from . import raw_exchange, serving
 
 SERVERS = ["httptools", "h11", "hypercorn"]
 UVICORN = ["httptools", "h11"]
@@ -426,7 +427,7 @@ def quota_app(cache: DecisionCache, released: asyncio.Event) -> Starlette:
         client = request.headers.get("x-client")
         if client in ("over-quota", "throttled"):
             # Held until an identical request of someone else's waits on this run.
-            await wait_until(lambda: cache.stats()["coalesced"] >= 1, "the victim follows")
+            await until(lambda: cache.stats()["coalesced"] >= 1, "the victim follows")
             if client == "over-quota":
                 return JSONResponse({"error": "quota exceeded"}, status_code=503)
             await released.wait()
@@ -443,7 +444,7 @@ async def test_a_leaders_5xx_is_not_handed_to_its_followers(server: str) -> None
         attacker = asyncio.create_task(
             client.post("/predict", json={"text": "hi"}, headers={"x-client": "over-quota"})
         )
-        await wait_until(lambda: cache.stats()["in_flight"] == 1, "the attacker's run started")
+        await until(lambda: cache.stats()["in_flight"] == 1, "the attacker's run started")
         async with asyncio.timeout(10):
             victim = await client.post("/predict", json={"text": "hi"})
         assert (victim.status_code, victim.json()) == (200, {"label": "HI"})
@@ -462,7 +463,7 @@ async def test_a_follower_does_not_wait_on_a_throttled_leader(server: str) -> No
         attacker = asyncio.create_task(
             client.post("/predict", json={"text": "hi"}, headers={"x-client": "throttled"})
         )
-        await wait_until(lambda: cache.stats()["in_flight"] == 1, "the attacker's run started")
+        await until(lambda: cache.stats()["in_flight"] == 1, "the attacker's run started")
         try:
             # A hang guard, not a timing claim: before, the victim waited up to 300 s.
             async with asyncio.timeout(10):
