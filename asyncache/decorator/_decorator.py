@@ -21,6 +21,7 @@ from ..cache import DecisionCache
 from ..engine import MISS
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
+from ..stores import entries_of
 from ._binding import Binder, CachedMethod
 from ._returns import Rebuild, caller_names, rebuilder
 
@@ -322,7 +323,9 @@ def _wrap(
             value = hit_now(cache_key)
             if value is not MISS:
                 return value
-            return await compute(cache_key, inputs, args, kwargs)
+            # What this call stores counts against its scope's budget in a memory store.
+            with entries_of(where):
+                return await compute(cache_key, inputs, args, kwargs)
 
     return wrapper
 

@@ -59,6 +59,7 @@ __all__ = [
     "Engine",
     "Fingerprint",
     "FlightObserver",
+    "Fresh",
     "LeaseAttempt",
     "Leasing",
     "Mode",
@@ -100,9 +101,34 @@ class Unshared(Generic[T]):
         self.value = value
 
 
+class Fresh(Generic[T]):
+    """A result that says how long it stays fresh: stored for at most ``seconds``.
+
+    A ``compute`` returns one when what it produced carries its own lifetime
+    (the middleware's response with ``Cache-Control: max-age`` or
+    ``Expires``). The entry's ttl is the smaller of the cache's and
+    ``seconds``, and a hit never renews it: a renewal would serve it past the
+    lifetime it gave. ``seconds <= 0`` stores nothing.
+    """
+
+    __slots__ = ("seconds", "value")
+
+    def __init__(self, value: T, seconds: float) -> None:
+        self.value = value
+        self.seconds = seconds
+
+
 def unwrap(result: Any) -> Any:
-    """The value a compute produced, whether or not it came as ``Unshared``."""
-    return result.value if type(result) is Unshared else result
+    """The value a compute produced, whether or not it came as ``Unshared`` or ``Fresh``."""
+    kind = type(result)
+    return result.value if kind is Unshared or kind is Fresh else result
+
+
+def lifetime(result: Any) -> tuple[Any, float | None]:
+    """A computed result and the lifetime it gave (``Fresh``), or ``None``."""
+    if type(result) is Fresh:
+        return result.value, result.seconds
+    return result, None
 
 
 class Engine:
@@ -547,7 +573,11 @@ class Engine:
         if isinstance(result, Unshared):
             self.stats.not_admitted += 1
             return result.value, False
-        return await self.store_result(key, result, inputs=inputs, compute_seconds=seconds), True
+        result, fresh_for = lifetime(result)
+        stored = await self.store_result(
+            key, result, inputs=inputs, compute_seconds=seconds, fresh_for=fresh_for
+        )
+        return stored, True
 
     async def record_result(
         self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
@@ -564,7 +594,8 @@ class Engine:
         if isinstance(result, Unshared):
             self.stats.not_admitted += 1
             return result.value
-        prepared = self.prepare(key, result, inputs, seconds)
+        result, fresh_for = lifetime(result)
+        prepared = self.prepare(key, result, inputs, seconds, fresh_for)
         if prepared is None:
             return result
         value, expires_at = prepared
@@ -637,15 +668,22 @@ class Engine:
         return result, seconds
 
     async def store_result(
-        self, key: bytes, result: T, *, inputs: Any = None, compute_seconds: float = 0.0
+        self,
+        key: bytes,
+        result: T,
+        *,
+        inputs: Any = None,
+        compute_seconds: float = 0.0,
+        fresh_for: float | None = None,
     ) -> T:
         """Admit, encode and add ``result``; return the decision that won.
 
         The returned value is decoded from what the store kept, so a miss and a
         later hit give equal values of the same types. A result that is not
         kept (ttl, ``admit``, size, encoding, store failure) is returned as is.
+        ``fresh_for`` caps the ttl (``Fresh``).
         """
-        prepared = self.prepare(key, result, inputs, compute_seconds)
+        prepared = self.prepare(key, result, inputs, compute_seconds, fresh_for)
         if prepared is None:
             return result
         value, expires_at = prepared
@@ -653,9 +691,17 @@ class Engine:
         return self.winner(key, value, entry, result)  # type: ignore[no-any-return]
 
     def prepare(
-        self, key: bytes, result: Any, inputs: Any, compute_seconds: float
+        self,
+        key: bytes,
+        result: Any,
+        inputs: Any,
+        compute_seconds: float,
+        fresh_for: float | None = None,
     ) -> tuple[bytes, float | None] | None:
         """Encode ``result`` for the store, or ``None`` when it must not be kept.
+
+        ``fresh_for`` (the result's own lifetime, ``Fresh``) caps the ttl, and
+        the envelope then carries no ttl, so that no hit renews the entry.
 
         Raises:
             StoreError: in record mode, a result that cannot be stored (it does
@@ -669,6 +715,8 @@ class Engine:
                 ttl = ttl(inputs, result)
             if ttl == math.inf:
                 ttl = None  # the same "no expiry" on every store
+            if fresh_for is not None and (ttl is None or not fresh_for >= ttl):
+                ttl = fresh_for  # NaN too: refused below
             if (ttl is not None and not ttl > 0) or (  # NaN too
                 self.admit is not None and self.admit(inputs, result) is False
             ):
@@ -683,7 +731,7 @@ class Engine:
         try:
             value = encode(
                 result,
-                ttl=ttl,
+                ttl=ttl if fresh_for is None else None,
                 created_at=now,
                 compute_seconds=compute_seconds,
                 key=key,
