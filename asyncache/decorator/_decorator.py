@@ -22,7 +22,8 @@ from ..engine import MISS
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
 from ._binding import Binder, CachedMethod
-from ._returns import Rebuild, caller_names, rebuilder
+from ._returns import Rebuild, caller_names, rebuilder, streams
+from ._streaming import streamed
 
 if TYPE_CHECKING:
     from ..offload import Offload
@@ -145,6 +146,8 @@ def cached_prediction(
     max_batch_size: int = 64,
     max_wait_ms: float = 5.0,
     max_concurrent_batches: int | None = None,
+    pace: bool = False,
+    max_chunks: int = 10_000,
 ) -> Callable[[Callable[P, Any]], Any]:
     """Cache a prediction function's results by its arguments.
 
@@ -153,6 +156,12 @@ def cached_prediction(
     fingerprint (``__cache_fingerprint__`` or ``fingerprint``), so two instances
     holding different models never share a decision (see ``asyncache.decorator._binding``);
     a first parameter named ``cls`` is left out of the key.
+
+    An async generator function (or an async function annotated to return an
+    ``AsyncIterator``) is cached as one decision made of chunks: a miss streams
+    live to its caller and to identical concurrent callers, a hit replays the
+    chunks, and the whole stream is stored once it ended normally (see the
+    decorator docs, "Streams").
 
     A result comes back with the type the return annotation declares, on a
     miss, a hit and with the cache disabled alike: dataclasses, NamedTuples,
@@ -185,6 +194,10 @@ def cached_prediction(
         max_wait_ms: with ``batch``, the longest a miss waits for others.
         max_concurrent_batches: with ``batch``, batches running at once;
             the offload's ``max_workers`` by default.
+        pace: on a streamed result (an async generator), replay a hit at the
+            pace its chunks were produced instead of at once.
+        max_chunks: on a streamed result, past this many chunks the stream is
+            not stored (its readers still get it all).
 
     Raises:
         TypeError: a sync function without ``offload``, or a return annotation
@@ -219,6 +232,8 @@ def cached_prediction(
         return decorate_batch
 
     def decorate(fn: Callable[P, Any]) -> CachedPrediction[P, Any]:
+        if streams(fn):
+            return _streamed(fn, caller_names())  # type: ignore[no-any-return]
         is_async = inspect.iscoroutinefunction(fn)
         if not is_async and offload is None:
             raise TypeError(
@@ -267,6 +282,44 @@ def cached_prediction(
             # attributes cannot: methods get a descriptor that binds all three.
             return CachedMethod(wrapper)  # type: ignore[return-value]
         return wrapper  # type: ignore[return-value]
+
+    def _streamed(fn: Callable[P, Any], localns: Any) -> Any:
+        if offload is not None:
+            raise TypeError(
+                f"{fn.__qualname__} streams its result (an async generator): it runs on the "
+                "event loop, so offload= does not apply; offload its steps inside it instead"
+            )
+        awaited = not inspect.isasyncgenfunction(fn)
+        rebuild = decode or rebuilder(fn, chunk=True, localns=localns)
+        binder: Binder[P] = Binder(fn, ignore)
+        name = namespace or f"{fn.__module__}.{fn.__qualname__}"
+        builder = cache.key_builder(name, fingerprint)
+        wrapper = streamed(
+            fn,
+            cache,
+            binder,
+            name=name,
+            key=key,
+            scope=scope,
+            builder=builder,
+            encode=encode,
+            rebuild=rebuild,
+            awaited=awaited,
+            pace=pace,
+            max_chunks=max_chunks,
+        )
+
+        def make_key(*args: Any, **kwargs: Any) -> bytes:
+            inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
+            return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
+
+        wrapper.cache = cache  # type: ignore[attr-defined]
+        wrapper.namespace = name  # type: ignore[attr-defined]
+        wrapper.key = make_key  # type: ignore[attr-defined]
+        wrapper.uncached = fn  # type: ignore[attr-defined]
+        if binder.method:
+            return CachedMethod(wrapper)
+        return wrapper
 
     return decorate
 

@@ -526,17 +526,29 @@ class Engine:
         return self.winner(key, value, entry, result)  # type: ignore[no-any-return]
 
     def prepare(
-        self, key: bytes, result: Any, inputs: Any, compute_seconds: float
+        self,
+        key: bytes,
+        result: Any,
+        inputs: Any,
+        compute_seconds: float,
+        *,
+        judged: Any = MISS,
     ) -> tuple[bytes, float | None] | None:
-        """Encode ``result`` for the store, or ``None`` when it must not be kept."""
+        """Encode ``result`` for the store, or ``None`` when it must not be kept.
+
+        ``judged`` is what the ttl and ``admit`` hooks see when it is not
+        ``result`` itself (a stream's list of chunks).
+        """
+        if judged is MISS:
+            judged = result
         try:
             ttl = self.ttl
             if callable(ttl):
-                ttl = ttl(inputs, result)
+                ttl = ttl(inputs, judged)
             if ttl == math.inf:
                 ttl = None  # the same "no expiry" on every store
             if (ttl is not None and not ttl > 0) or (  # NaN too
-                self.admit is not None and self.admit(inputs, result) is False
+                self.admit is not None and self.admit(inputs, judged) is False
             ):
                 self.stats.not_admitted += 1
                 return None

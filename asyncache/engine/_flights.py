@@ -33,10 +33,11 @@ class Flight(Generic[T]):
 
     ``shared`` is False when followers must not take the outcome (the
     middleware's leader got a response that was not admitted); they then
-    compute by themselves.
+    compute by themselves. ``stream`` carries a streamed decision's chunks
+    while they are produced.
     """
 
-    __slots__ = ("done", "error", "followers", "shared", "task", "traceback", "value")
+    __slots__ = ("done", "error", "followers", "shared", "stream", "task", "traceback", "value")
 
     def __init__(self) -> None:
         self.done = new_event()
@@ -46,6 +47,9 @@ class Flight(Generic[T]):
         self.shared = True
         self.followers = 0
         self.task: asyncio.Task[None] | None = None
+        # A streamed decision's live chunks (``_streams.ChunkStream``), which followers
+        # read while the flight runs; None for a decision that comes whole.
+        self.stream: object | None = None
 
     def set_result(self, value: T, *, shared: bool = True) -> None:
         self.value = value
