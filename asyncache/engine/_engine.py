@@ -258,6 +258,14 @@ class Engine:
         except Exception:
             return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
 
+    async def entry(self, key: bytes) -> Entry | None:
+        """The entry under ``key``: from the store's ``peek`` when that is the whole
+        answer (a ``MemoryStore``), otherwise the guarded ``get``."""
+        entry = self._peek(key) if self._peek is not None else None
+        if entry is None and not self._peek_final:
+            entry = await self.store_get(key)
+        return entry
+
     async def lookup(self, key: bytes) -> Decoded | None:
         """The stored decision under ``key`` as ``Decoded``, counted as a hit, or ``None``.
 

@@ -75,9 +75,9 @@ class ChunkStream:
     """
 
     __slots__ = (
-        "_abort",
         "_changed",
         "_unlist",
+        "abort",
         "base",
         "chunks",
         "complete",
@@ -111,7 +111,8 @@ class ChunkStream:
         self.traceback: Any = None
         self._changed: Event = new_event()
         self._unlist = unlist
-        self._abort: Callable[[], object] | None = None
+        self.abort: Callable[[], object] | None = None
+        """Stops the generator's task (set while it runs)."""
 
     # -- readers -------------------------------------------------------------
 
@@ -131,8 +132,8 @@ class ChunkStream:
         if not self.complete and not self.ended and not any(r.active for r in self.readers):
             # Nobody gets what the generator would produce next: stop it, store nothing.
             self.stop_keeping()
-            if self._abort is not None:
-                self._abort()
+            if self.abort is not None:
+                self.abort()
 
     async def read(self, reader: StreamReader, *, copy: bool) -> AsyncGenerator[Any, None]:
         """The chunks for ``reader``, live; the stream's error after the chunks it had.
@@ -338,9 +339,7 @@ async def _lookup(
     rebuild: Callable[[Any], Any] | None,
 ) -> tuple[list[Any], list[float]] | None:
     """The stored stream under ``key`` (counted as a hit, maybe audited), or ``None``."""
-    entry = engine._peek(key) if engine._peek is not None else None
-    if entry is None and not engine._peek_final:
-        entry = await engine.store_get(key)
+    entry = await engine.entry(key)
     if entry is None:
         return None
 
@@ -441,7 +440,7 @@ async def _fly(
     token = None if observer is None else observer.start()
     outcome = "cancelled"
     try:
-        async with _abortable(stream):
+        async with _Abortable(stream):
             if engine.leases is None:
                 await _produce(engine, key, stream, produce, inputs)
             else:
@@ -478,7 +477,7 @@ async def _fly(
             observer.end(token, outcome, flight.followers, flight.error)
 
 
-class _abortable:
+class _Abortable:
     """Lets the stream stop the generator when no reader is left (cancels this task)."""
 
     def __init__(self, stream: ChunkStream) -> None:
@@ -491,16 +490,16 @@ class _abortable:
         except RuntimeError:
             task = None
         if task is not None:
-            self._stream._abort = task.cancel
+            self._stream.abort = task.cancel
             return
         import trio
 
         self._scope = trio.CancelScope()
         self._scope.__enter__()
-        self._stream._abort = self._scope.cancel
+        self._stream.abort = self._scope.cancel
 
     async def __aexit__(self, *exc_info: Any) -> bool:
-        self._stream._abort = None
+        self._stream.abort = None
         if self._scope is not None:
             return bool(self._scope.__exit__(*exc_info))
         return False
