@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -29,7 +29,14 @@ if TYPE_CHECKING:
     from ..offload import Offload
     from ._batching import BatchedPrediction
 
-__all__ = ["BoundPrediction", "CachedPrediction", "cached_prediction"]
+__all__ = [
+    "BoundPrediction",
+    "BoundStream",
+    "CachedPrediction",
+    "CachedStream",
+    "Decorator",
+    "cached_prediction",
+]
 
 P = ParamSpec("P")
 P2 = ParamSpec("P2")
@@ -83,6 +90,54 @@ class CachedPrediction(Protocol[P, R_co]):
     ) -> BoundPrediction[P2, R_co]: ...
 
 
+class BoundStream(Protocol[P, R_co]):
+    """A cached streaming method bound to its instance: ``self`` is passed for you."""
+
+    cache: DecisionCache
+    namespace: str
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]: ...
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
+        """The 16-byte cache key this call would use."""
+        ...
+
+
+class CachedStream(Protocol[P, R_co]):
+    """What ``@cached_prediction`` returns for an async generator function: it streams
+    the same chunks (a miss live, a hit replayed), with the helpers of a cached function."""
+
+    cache: DecisionCache
+    namespace: str
+    __wrapped__: Callable[..., Any]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]: ...
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
+        """The 16-byte cache key this call would use."""
+        ...
+
+    def uncached(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]:
+        """Stream from the function without reading or writing the cache."""
+        ...
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any], /) -> Self: ...
+    @overload
+    def __get__(
+        self: CachedStream[Concatenate[S, P2], R_co], instance: S, owner: Any = None, /
+    ) -> BoundStream[P2, R_co]: ...
+
+
+class Decorator(Protocol):
+    """``cached_prediction(cache, ...)``: decorates an async function or an async generator."""
+
+    @overload
+    def __call__(self, fn: Callable[P, AsyncIterator[R]], /) -> CachedStream[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> CachedPrediction[P, R]: ...
+
+
 @overload
 def cached_prediction(
     cache: DecisionCache,
@@ -113,7 +168,9 @@ def cached_prediction(
     offload: None = ...,
     encode: Callable[[Any], Any] | None = ...,
     decode: Callable[[Any], Any] | None = ...,
-) -> Callable[[Callable[P, Awaitable[R]]], CachedPrediction[P, R]]: ...
+    pace: bool = ...,
+    max_chunks: int = ...,
+) -> Decorator: ...
 
 
 @overload
