@@ -53,6 +53,7 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("models", "Models: MiniLM misses and hits, batching, offload"),
     ("backend_sharing", "One cache for every backend"),
     ("fleet", "Fleet: a hot-key burst across processes, leases off and on"),
+    ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
 )
 
 SIZES = (140, 2_000, 20_000)

@@ -147,8 +147,9 @@ class ChunkStream:
                 if index < len(self.chunks):
                     chunk = self.chunks[index]
                     reader.position += 1
-                    self._trim()
-                    self._wake()  # a paced generator may go on
+                    if not self.keep:
+                        self._trim()
+                        self._wake()  # a generator paced by its readers may go on
                     if copy and type(chunk) not in _IMMUTABLE:
                         chunk = copy_for_caller(chunk)
                     yield chunk
@@ -373,9 +374,14 @@ async def _replay(
 ) -> AsyncGenerator[Any, None]:
     chunks, gaps = stored
     engine.stats.stream_chunks += len(chunks)
+    due = time.perf_counter()
     for chunk, gap in zip(chunks, gaps, strict=True):
-        if pace and gap > 0:
-            await _sleep(gap)
+        if pace:
+            # Against the recorded schedule, not gap by gap: late wake-ups do not add up.
+            due += gap
+            late = due - time.perf_counter()
+            if late > 0:
+                await _sleep(late)
         yield chunk
 
 
