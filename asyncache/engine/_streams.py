@@ -379,9 +379,9 @@ async def _replay(
         if pace:
             # Against the recorded schedule, not gap by gap: late wake-ups do not add up.
             due += gap
-            late = due - time.perf_counter()
-            if late > 0:
-                await _sleep(late)
+            ahead = due - time.perf_counter()
+            if ahead > 0:
+                await _sleep(ahead)
         yield chunk
 
 
