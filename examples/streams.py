@@ -33,7 +33,11 @@ async def main() -> None:
     leader, follower = await asyncio.gather(read("leader", log), read("follower", log))
     print(f"leader:   {leader!r}")
     print(f"follower: {follower!r}")
-    print("tokens interleaved:", log[:4])
+    # Live: the follower's first token came while the leader's stream was still running.
+    last_of_leader = len(log) - 1 - log[::-1].index("leader")
+    print(
+        "follower's first token before the leader's last:", log.index("follower") < last_of_leader
+    )
     # A later call replays the stored tokens, with the same boundaries, at once.
     print("hit:", [token async for token in generate("why cache streams")])
     print("model runs:", runs)

@@ -226,7 +226,7 @@ CHECKS: dict[str, Check] = {
         stdout=(
             r"^leader:   'you asked: why cache streams '$",
             r"^follower: 'you asked: why cache streams '$",
-            r"^tokens interleaved: \['leader', 'follower', 'leader', 'follower'\]$",
+            r"^follower's first token before the leader's last: True$",
             r"^hit: \['you ', 'asked: ', 'why ', 'cache ', 'streams '\]$",
             r"^model runs: 1$",
             r"^\{'hits': 1, 'misses': 2, 'coalesced': 1, 'stores': 1, 'streams': 3\}$",

@@ -417,7 +417,7 @@ async def test_audits_compare_the_whole_stream(store_url: str) -> None:
         await until(lambda: cache.stats()["audits"] == 2)
         stats = cache.stats()
     assert (stats["audit_agreed"], stats["audit_mismatched"]) == (1, 1)
-    assert mismatches[0][1]["chunks"] == WORDS and mismatches[0][2]["chunks"] == model.words
+    assert mismatches[0][1] == WORDS and mismatches[0][2] == model.words
 
 
 @pytest.fixture(params=["sqlite", "redis"])

@@ -14,13 +14,23 @@ here, never from its underscore modules. Its modules:
 - ``_leases``: one computation per fleet, through the store's leases;
 - ``_audit``: sampled audits of hits and shadow mode;
 - ``_warm``: pre-warming from a list of inputs;
+- ``_stream``: a computation's pieces shared live by its flight's callers;
 - ``_memo``: decoded results of recent hits, by key;
 - ``_runtime``: what the path needs of the event loop, under asyncio and trio.
 """
 
 from ._audit import Auditor, Compare, MismatchHook
-from ._engine import MISS, AdmitHook, Engine, Fingerprint, Source, TtlHook, Unshared
-from ._flights import error_for_caller
+from ._engine import (
+    MISS,
+    AdmitHook,
+    Engine,
+    Fingerprint,
+    Source,
+    TtlHook,
+    Unshared,
+    replay_miss,
+)
+from ._flights import Flight, error_for_caller
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
 from ._many import get_or_compute_many
@@ -33,20 +43,24 @@ from ._runtime import (
     spawn,
     wait_for,
 )
-from ._streams import ChunkStream, cached_stream
+from ._stream import Broadcast, Framing, Reader
+from ._streams import cached_stream
 from ._warm import WarmSummary, warm
 
 __all__ = [
     "MISS",
     "AdmitHook",
     "Auditor",
-    "ChunkStream",
+    "Broadcast",
     "Compare",
     "Engine",
     "Event",
     "Fingerprint",
+    "Flight",
+    "Framing",
     "Leases",
     "MismatchHook",
+    "Reader",
     "Source",
     "StoreGuard",
     "TtlHook",
@@ -60,6 +74,7 @@ __all__ = [
     "is_cancellation",
     "lease_store",
     "new_event",
+    "replay_miss",
     "spawn",
     "wait_for",
     "warm",

@@ -258,14 +258,6 @@ class Engine:
         except Exception:
             return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
 
-    async def entry(self, key: bytes) -> Entry | None:
-        """The entry under ``key``: from the store's ``peek`` when that is the whole
-        answer (a ``MemoryStore``), otherwise the guarded ``get``."""
-        entry = self._peek(key) if self._peek is not None else None
-        if entry is None and not self._peek_final:
-            entry = await self.store_get(key)
-        return entry
-
     async def lookup(self, key: bytes) -> Decoded | None:
         """The stored decision under ``key`` as ``Decoded``, counted as a hit, or ``None``.
 
@@ -330,15 +322,59 @@ class Engine:
                 if source is not None:
                     source("hit")
                 return value  # type: ignore[no-any-return]
+        return await self.miss(key, compute, inputs, source=source)
+
+    async def fetch(
+        self,
+        key: bytes,
+        *,
+        recompute: Callable[[], Awaitable[Any]] | None = None,
+        inputs: Any = None,
+    ) -> Any:
+        """The stored decision under ``key`` (a hit, counted), or ``MISS``.
+
+        The lookup half of ``get_or_compute``, for a door that decides for
+        itself what a miss does (the middleware: follow a run, or start one
+        with ``miss``). A corrupt entry is dropped and is ``MISS``.
+        ``recompute``: what an audit of the hit runs (no audit without it).
+        """
+        entry = self._peek(key) if self._peek is not None else None
+        if entry is None and not self._peek_final:
+            entry = await self.store_get(key)
+        if entry is None:
+            return MISS
+        try:
+            value = self.hit(key, entry)
+        except DecodeError as exc:
+            await self.discard_corrupt(key, exc)
+            return MISS
+        if self.sampler is not None and recompute is not None:
+            self.sampler.sample(key, entry.value, recompute, inputs)
+        return value
+
+    async def miss(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[T]],
+        inputs: Any = None,
+        *,
+        source: Source | None = None,
+        stream: Any = None,
+    ) -> T:
+        """The miss half of ``get_or_compute``: join the key's flight, or start it.
+
+        ``stream``: the ``Broadcast`` this caller's computation writes its pieces
+        to; it hangs on the flight this caller starts (``Flight.stream``), where
+        identical callers find it and read the pieces live.
+        """
         self.stats.misses += 1
-        if mode == "replay":
+        if self.mode == "replay":
             raise replay_miss(key, inputs)
         if not self.coalesce:
             return await self.compute(key, compute, inputs, source)
         flight = self.flights.get(key)
         if flight is None:
-            flight = self.flights.claim(key)
-            self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+            flight = self.take_off(key, compute, inputs, source=source, stream=stream)
             if flight.task is not None:  # asyncio (a trio flight has no task)
                 # The flight's first step runs just before this caller's next: a model that
                 # answers without suspending has landed by then, a loop turn sooner than a
@@ -348,7 +384,44 @@ class Engine:
                 await flight.done.wait()
             return flight.outcome()  # type: ignore[no-any-return]
         self.stats.coalesced += 1
-        return await self._follow(key, flight, compute, inputs, source)
+        return await self._follow(key, flight, compute, inputs, source, stream)
+
+    def take_off(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any = None,
+        *,
+        source: Source | None = None,
+        stream: Any = None,
+    ) -> Flight[Any]:
+        """Claim ``key``'s flight (no flight may be running for it) and launch its computation.
+
+        Synchronous: a caller that runs next finds the flight (and its ``stream``),
+        though the computation has not started yet. ``miss`` takes off this way; a
+        door that must be found before it first awaits (the stream door) calls it
+        itself, counts its miss, and waits for ``flight.done``.
+        """
+        flight = self.flights.claim(key)
+        flight.stream = stream
+        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+        return flight
+
+    def streaming(self, key: bytes) -> Flight[Any] | None:
+        """The flight of ``key`` if its pieces can still be read live by one more caller.
+
+        A caller that goes on to read them is a miss that coalesced: ``joined``.
+        """
+        flight = self.flights.get(key) if self.coalesce else None
+        if flight is None or flight.stream is None or not flight.stream.joinable:
+            return None
+        return flight
+
+    def joined(self, flight: Flight[Any]) -> None:
+        """Count a caller that reads ``flight``'s stream (as ``_follow`` counts its followers)."""
+        self.stats.misses += 1
+        self.stats.coalesced += 1
+        flight.followers += 1
 
     async def _unserved(
         self, mode: Mode, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
@@ -404,6 +477,7 @@ class Engine:
         compute: Callable[[], Awaitable[T]],
         inputs: Any,
         source: Source | None,
+        stream: Any = None,
     ) -> T:
         flight.followers += 1
         while await flight.wait(self.coalesce_timeout):
@@ -413,6 +487,7 @@ class Engine:
                 following = self.flights.get(key)
                 if following is None:
                     following = self.flights.claim(key)
+                    following.stream = stream
                     self.flights.launch(
                         following, self._fly(key, following, compute, inputs, source)
                     )
@@ -534,29 +609,17 @@ class Engine:
         return self.winner(key, value, entry, result)  # type: ignore[no-any-return]
 
     def prepare(
-        self,
-        key: bytes,
-        result: Any,
-        inputs: Any,
-        compute_seconds: float,
-        *,
-        judged: Any = MISS,
+        self, key: bytes, result: Any, inputs: Any, compute_seconds: float
     ) -> tuple[bytes, float | None] | None:
-        """Encode ``result`` for the store, or ``None`` when it must not be kept.
-
-        ``judged`` is what the ttl and ``admit`` hooks see when it is not
-        ``result`` itself (a stream's list of chunks).
-        """
-        if judged is MISS:
-            judged = result
+        """Encode ``result`` for the store, or ``None`` when it must not be kept."""
         try:
             ttl = self.ttl
             if callable(ttl):
-                ttl = ttl(inputs, judged)
+                ttl = ttl(inputs, result)
             if ttl == math.inf:
                 ttl = None  # the same "no expiry" on every store
             if (ttl is not None and not ttl > 0) or (  # NaN too
-                self.admit is not None and self.admit(inputs, judged) is False
+                self.admit is not None and self.admit(inputs, result) is False
             ):
                 self.stats.not_admitted += 1
                 return None
