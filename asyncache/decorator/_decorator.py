@@ -251,8 +251,8 @@ def cached_prediction(
         max_wait_ms: with ``batch``, the longest a miss waits for others.
         max_concurrent_batches: with ``batch``, batches running at once;
             the offload's ``max_workers`` by default.
-        pace: on a streamed result (an async generator), replay a hit at the
-            pace its chunks were produced instead of at once.
+        pace: on a streamed result (an async generator), replay a hit over the
+            time the stream took to produce, spread evenly, instead of at once.
         max_chunks: on a streamed result, past this many chunks the stream is
             not stored (its readers still get it all).
 

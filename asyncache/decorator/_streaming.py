@@ -49,7 +49,7 @@ def streamed(
             too); otherwise it is an async generator function.
         encode: turns each chunk into what is stored (``encode=``).
         rebuild: turns each chunk, fresh or stored, into the declared chunk type.
-        pace: replay hits at the pace they were recorded.
+        pace: replay hits over the time their stream took to produce.
         max_chunks: past this many chunks a stream is not stored.
     """
     engine = cache.engine
