@@ -25,10 +25,10 @@ generator is stopped (its task cancelled; the generator is closed) and
 nothing is stored.
 
 Memory is bounded: every chunk is kept while the stream may still be stored,
-up to ``max_entry_bytes`` and ``max_chunks``. Past either the stream is not
-stored, nobody may join it, chunks are dropped once every reader has them,
-and the generator is paced by its slowest reader, one chunk ahead
-(``Broadcast.push``).
+up to ``max_entry_bytes`` and ``max_chunks``, and the generator runs at its
+own pace. Past either the stream is not stored, nobody may join it, chunks
+are dropped once every reader has them, and the generator is paced by its
+slowest reader, one chunk ahead (``Broadcast.push``).
 """
 
 from __future__ import annotations
@@ -67,15 +67,20 @@ class ChunkFraming:
         max_chunks: past this many chunks the stream is not kept (nor stored).
     """
 
-    __slots__ = ("abort", "max_chunks")
+    __slots__ = ("abort", "broadcast", "max_chunks")
 
     def __init__(self, max_chunks: int) -> None:
         self.max_chunks = max_chunks
         self.abort: Callable[[], object] | None = None
         """Stops the generator (set while it runs): nobody reads any more."""
+        self.broadcast: Broadcast | None = None
 
     def paced(self, piece: Any) -> bool:
-        return piece is not _END
+        # While every chunk is kept (bounded by the keep limits) the generator runs at its
+        # own pace, so a slow caller neither slows it nor delays the store; past them,
+        # its slowest reader paces it.
+        broadcast = self.broadcast
+        return piece is not _END and broadcast is not None and not broadcast.keep
 
     def final(self, piece: Any) -> bool:
         return piece is _END
@@ -245,7 +250,8 @@ async def _lead(
     engine: Engine, key: bytes, produce: Produce, inputs: Any, max_chunks: int, *, listed: bool
 ) -> AsyncGenerator[Any, None]:
     """Start the stream's computation and read it as its first caller."""
-    broadcast = Broadcast(engine.max_entry_bytes, ChunkFraming(max_chunks), joinable=listed)
+    framing = ChunkFraming(max_chunks)
+    broadcast = framing.broadcast = Broadcast(engine.max_entry_bytes, framing, joinable=listed)
     reader = broadcast.join(owner=True)
 
     async def compute() -> Any:
