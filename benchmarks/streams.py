@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         f"medians over {repeats} repeats, each on a key of its own; {machine()}.",
         "A follower that joins mid-stream gets the chunks so far at once: its first chunk "
         "does not wait for the generator.",
+        "Last chunk: when the caller's loop ended (a miss's, once its stream was stored); "
+        "each from the caller's own start.",
         f"Per chunk, no delay: {MANY} chunks as fast as the generator yields them.",
     ]
     print(render(table_rows))
