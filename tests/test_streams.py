@@ -548,3 +548,28 @@ async def test_a_hit_replays_at_the_recorded_pace_only_when_asked() -> None:
         assert ticks > 0  # paced: the replay waited between chunks
         ticker.cancel()
         assert cache.stats()["hits"] == 2
+
+
+async def test_a_streaming_method_binds_its_instance_for_calls_keys_and_uncached() -> None:
+    runs = 0
+
+    class Chat:
+        __cache_fingerprint__ = "chat-v1"
+
+        def __init__(self, cache: DecisionCache) -> None:
+            self.cache = cache
+
+        @cached_prediction(DecisionCache(), namespace="chat")
+        async def stream(self, prompt: str) -> AsyncIterator[str]:
+            nonlocal runs
+            runs += 1
+            for word in prompt.split():
+                yield word
+
+    chat = Chat(DecisionCache())
+    assert await _all(chat.stream("a b")) == ["a", "b"]
+    assert await _all(chat.stream("a b")) == ["a", "b"]
+    assert runs == 1
+    assert chat.stream.key("a b") == Chat.stream.key(chat, "a b")
+    assert await _all(chat.stream.uncached("a b")) == ["a", "b"]
+    assert runs == 2

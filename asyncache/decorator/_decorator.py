@@ -102,6 +102,10 @@ class BoundStream(Protocol[P, R_co]):
         """The 16-byte cache key this call would use."""
         ...
 
+    def uncached(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]:
+        """Stream from the method without reading or writing the cache."""
+        ...
+
 
 class CachedStream(Protocol[P, R_co]):
     """What ``@cached_prediction`` returns for an async generator function: it streams
