@@ -573,3 +573,21 @@ async def test_a_streaming_method_binds_its_instance_for_calls_keys_and_uncached
     assert chat.stream.key("a b") == Chat.stream.key(chat, "a b")
     assert await _all(chat.stream.uncached("a b")) == ["a", "b"]
     assert runs == 2
+
+
+async def test_callers_that_miss_together_share_one_stream_live(store_url: str) -> None:
+    # Both look the key up before either starts the generator (a store that answers
+    # after a round trip): the second still reads the first's stream as it is produced.
+    model = Gated()
+    async with _cache(store_url) as cache:
+        tokens = _tokens(cache, model)
+        first, second = Reader(tokens("hi")), Reader(tokens("hi"))
+        await until(lambda: model.runs == 1)
+        model.open()
+        await until(lambda: len(first.got) == 1 and len(second.got) == 1)
+        assert not first.ended and not second.ended
+        model.open(len(WORDS) - 1)
+        await asyncio.gather(first.task, second.task)
+        assert first.got == second.got == WORDS
+        assert model.runs == 1
+        assert cache.stats()["coalesced"] == 1

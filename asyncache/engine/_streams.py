@@ -118,11 +118,7 @@ async def cached_stream(
     flow: AsyncGenerator[Any, None] | None = None
     if serving:
         flight = engine.streaming(key)
-        if flight is not None:
-            engine.joined(flight)
-            broadcast: Broadcast = flight.stream
-            flow = _read(broadcast, broadcast.join())
-        else:
+        if flight is None:
             stored = await _lookup(engine, key, produce, inputs, rebuild, pace)
             if stored is not None:
                 chunks, seconds = stored
@@ -133,6 +129,12 @@ async def cached_stream(
                 return
             if mode == "replay":
                 raise replay_miss(key, inputs)
+            # An identical stream may have taken off while the store answered.
+            flight = engine.streaming(key)
+        if flight is not None:
+            engine.joined(flight)
+            broadcast: Broadcast = flight.stream
+            flow = _read(broadcast, broadcast.join())
     if flow is None:
         flow = _lead(engine, key, produce, inputs, max_chunks, listed=serving and engine.coalesce)
     async with aclosing(flow):
