@@ -78,5 +78,7 @@ async def streams() -> None:
         assert_type(decision, Decision)
     assert_type(tokens.key("a"), bytes)
     assert_type(chat.stream.key("a"), bytes)
+    async for fresh in chat.stream.uncached("a"):
+        assert_type(fresh, Decision)
     tokens(1)  # wrong: an int for prompt
     chat.stream("a", "b")  # wrong: one argument too many
