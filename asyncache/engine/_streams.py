@@ -61,16 +61,11 @@ _RUNNING: set[asyncio.Task[Any]] = set()
 
 
 class ChunkFraming:
-    """The decorator's pieces (``Framing``): chunks, each pacing the generator; the end.
+    """The decorator's pieces (``Framing``): chunks, each pacing the generator; the end."""
 
-    Args:
-        max_chunks: past this many chunks the stream is not kept (nor stored).
-    """
+    __slots__ = ("abort", "broadcast")
 
-    __slots__ = ("abort", "broadcast", "max_chunks")
-
-    def __init__(self, max_chunks: int) -> None:
-        self.max_chunks = max_chunks
+    def __init__(self) -> None:
         self.abort: Callable[[], object] | None = None
         """Stops the generator (set while it runs): nobody reads any more."""
         self.broadcast: Broadcast | None = None
@@ -252,8 +247,11 @@ async def _lead(
     engine: Engine, key: bytes, produce: Produce, inputs: Any, max_chunks: int, *, listed: bool
 ) -> AsyncGenerator[Any, None]:
     """Start the stream's computation and read it as its first caller."""
-    framing = ChunkFraming(max_chunks)
-    broadcast = framing.broadcast = Broadcast(engine.max_entry_bytes, framing, joinable=listed)
+    framing = ChunkFraming()
+    # The piece that ends the stream is kept beside its chunks.
+    broadcast = framing.broadcast = Broadcast(
+        engine.max_entry_bytes, framing, joinable=listed, max_pieces=max_chunks + 1
+    )
     reader = broadcast.join(owner=True)
 
     async def compute() -> Any:
@@ -312,8 +310,6 @@ async def _generate(engine: Engine, broadcast: Broadcast, produce: Produce) -> A
         async with aclosing(_bare(produce)) as chunks:
             async for chunk in chunks:
                 stats.stream_chunks += 1
-                if broadcast.keep and len(broadcast.messages) >= framing.max_chunks:
-                    broadcast.stop_keeping()
                 await broadcast.push(chunk, chunk_bytes(chunk))
     if stopping.stopped:
         raise OSError("nobody reads the stream any more")  # trio: the scope caught it

@@ -27,7 +27,7 @@ import trio
 
 from asyncache import DecisionCache, ReplayMiss, cached_prediction, open_store
 
-from .support import GENEROUS_REDIS_TIMEOUTS
+from ..support import GENEROUS_REDIS_TIMEOUTS
 
 WORDS = ["the", " cat", " sat", " down"]
 # A hang guard for waits, never a timing assertion.
