@@ -248,9 +248,10 @@ async def _lead(
 ) -> AsyncGenerator[Any, None]:
     """Start the stream's computation and read it as its first caller."""
     framing = ChunkFraming()
-    # The piece that ends the stream is kept beside its chunks.
+    # Past max_chunks chunks the stream stops being kept (the piece that ends a stream of
+    # exactly max_chunks comes after its decision was taken).
     broadcast = framing.broadcast = Broadcast(
-        engine.max_entry_bytes, framing, joinable=listed, max_pieces=max_chunks + 1
+        engine.max_entry_bytes, framing, joinable=listed, max_pieces=max_chunks
     )
     reader = broadcast.join(owner=True)
 

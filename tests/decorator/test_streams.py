@@ -278,6 +278,10 @@ async def test_a_stream_past_max_chunks_is_not_stored(store_url: str) -> None:
         assert await _all(tokens("hi")) == WORDS
         assert cache.stats()["too_large"] == 1
         assert await cache.store.count() == 0
+        exactly = _tokens(cache, model, max_chunks=len(WORDS))  # at the limit: stored
+        model.open(len(WORDS))
+        assert await _all(exactly("hi")) == WORDS
+        assert await cache.store.count() == 1
 
 
 @dataclasses.dataclass
