@@ -54,6 +54,7 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("backend_sharing", "One cache for every backend"),
     ("fleet", "Fleet: a hot-key burst across processes, leases off and on"),
     ("faults", "Faults: a stalled cluster primary, a killed lease owner"),
+    ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
 )
 
 SIZES = (140, 2_000, 20_000)

@@ -220,6 +220,16 @@ CHECKS: dict[str, Check] = {
             r"^entries in the store: 1$",
         ),
     ),
+    "streams.py": Check(
+        stdout=(
+            r"^leader:   'you asked: why cache streams '$",
+            r"^follower: 'you asked: why cache streams '$",
+            r"^follower's first token before the leader's last: True$",
+            r"^hit: \['you ', 'asked: ', 'why ', 'cache ', 'streams '\]$",
+            r"^model runs: 1$",
+            r"^\{'hits': 1, 'misses': 2, 'coalesced': 1, 'stores': 1, 'streams': 3\}$",
+        )
+    ),
     "coalescing.py": Check(
         stdout=(
             r"^followers got: \{'A'\} runs of 'a': 1$",

@@ -421,9 +421,7 @@ class Engine:
             return await self.compute(key, compute, inputs, source)
         flight = self.flights.get(key)
         if flight is None:
-            flight = self.flights.claim(key)
-            flight.stream = stream
-            self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+            flight = self.take_off(key, compute, inputs, source=source, stream=stream)
             if flight.task is not None:  # asyncio (a trio flight has no task)
                 # The flight's first step runs just before this caller's next: a model that
                 # answers without suspending has landed by then, a loop turn sooner than a
@@ -434,6 +432,27 @@ class Engine:
             return flight.outcome()  # type: ignore[no-any-return]
         self.stats.coalesced += 1
         return await self._follow(key, flight, compute, inputs, source, stream)
+
+    def take_off(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any = None,
+        *,
+        source: Source | None = None,
+        stream: Any = None,
+    ) -> Flight[Any]:
+        """Claim ``key``'s flight (no flight may be running for it) and launch its computation.
+
+        Synchronous: a caller that runs next finds the flight (and its ``stream``),
+        though the computation has not started yet. ``miss`` takes off this way; a
+        door that must be found before it first awaits (the stream door) calls it
+        itself, counts its miss, and waits for ``flight.done``.
+        """
+        flight = self.flights.claim(key)
+        flight.stream = stream
+        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+        return flight
 
     def streaming(self, key: bytes) -> Flight[Any] | None:
         """The flight of ``key`` if its pieces can still be read live by one more caller.
