@@ -14,12 +14,13 @@ here, never from its underscore modules. Its modules:
 - ``_leases``: one computation per fleet, through the store's leases;
 - ``_audit``: sampled audits of hits and shadow mode;
 - ``_warm``: pre-warming from a list of inputs;
-- ``_stream``: a computation's pieces shared live by its flight's callers;
+- ``_broadcast``: a computation's pieces shared live by its flight's callers;
 - ``_memo``: decoded results of recent hits, by key;
 - ``_runtime``: what the path needs of the event loop, under asyncio and trio.
 """
 
 from ._audit import Auditor, Compare, MismatchHook
+from ._broadcast import MAX_PIECES, Broadcast, Framing, Reader
 from ._engine import (
     MISS,
     AdmitHook,
@@ -44,7 +45,6 @@ from ._runtime import (
     spawn,
     wait_for,
 )
-from ._stream import MAX_PIECES, Broadcast, Framing, Reader
 from ._streams import cached_stream
 from ._warm import WarmSummary, warm
 

@@ -42,7 +42,7 @@ class Flight(Generic[T]):
     ``shared`` is False when followers must not take the outcome (the
     middleware's leader got a response that was not admitted); they then
     compute by themselves. ``stream`` is set when the computation produces its
-    result piece by piece (``asyncache.engine._stream.Broadcast``): followers
+    result piece by piece (``asyncache.engine._broadcast.Broadcast``): followers
     may then read the pieces live instead of waiting for the outcome.
     """
 

@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..errors import DecodeError
+from ._broadcast import Broadcast, Reader
 from ._engine import MISS, Unshared, replay_miss
 from ._flights import Flight, copy_for_caller, error_for_caller
 from ._runtime import cancelled, is_cancellation, spawn
-from ._stream import Broadcast, Reader
 
 if TYPE_CHECKING:
     from ._engine import Engine

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from asyncache import DecisionCache, MemoryStore
-from asyncache.engine import _stream
+from asyncache.engine import _broadcast
 from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.stores.sqlite import SQLiteStore
 
@@ -32,13 +32,13 @@ class Counted:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.broadcasts = 0
         self.tasks = 0
-        made = _stream.Broadcast.__init__
+        made = _broadcast.Broadcast.__init__
 
         def counting(broadcast: Any, *args: Any, **kwargs: Any) -> None:
             self.broadcasts += 1
             made(broadcast, *args, **kwargs)
 
-        monkeypatch.setattr(_stream.Broadcast, "__init__", counting)
+        monkeypatch.setattr(_broadcast.Broadcast, "__init__", counting)
         loop = asyncio.get_running_loop()
         factory = loop.get_task_factory()
 
@@ -99,7 +99,7 @@ async def test_a_run_in_progress_is_the_engines_flight() -> None:
     leader = asyncio.ensure_future(call(middleware, body=b'{"text": "a"}'))
     await until(lambda: app.entered == 1, "the app runs for the leader")
     flights = [cache.engine.flights.get(key) for key in cache.engine.flights.keys()]
-    assert len(flights) == 1 and isinstance(flights[0].stream, _stream.Broadcast)
+    assert len(flights) == 1 and isinstance(flights[0].stream, _broadcast.Broadcast)
     followers = [asyncio.ensure_future(call(middleware, body=b'{"text": "a"}')) for _ in range(3)]
     await until(lambda: flights[0].followers == 3, "the followers join the flight")
     app.gate.set()
