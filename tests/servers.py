@@ -102,6 +102,8 @@ class RedisServer:
         workdir: where its log (and a cluster node's config) live.
         port: the port; a free one when omitted.
         cluster: start it with ``--cluster-enabled yes`` (its bus on another free port).
+        node_timeout_ms: a cluster node's ``cluster-node-timeout``: how long a
+            primary may be unreachable before its replica is promoted.
         extra_args: more ``redis-server`` arguments.
     """
 
@@ -112,12 +114,14 @@ class RedisServer:
         *,
         port: int | None = None,
         cluster: bool = False,
+        node_timeout_ms: int = 5000,
         extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary
         self.port = port if port is not None else free_port()
         self.workdir = workdir
         self.cluster = cluster
+        self.node_timeout_ms = node_timeout_ms
         self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"redis-{self.port}.log"
@@ -160,7 +164,7 @@ class RedisServer:
                 "--cluster-port",
                 str(self.bus_port),
                 "--cluster-node-timeout",
-                "5000",
+                str(self.node_timeout_ms),
             ]
         return args + list(self.extra_args)
 
@@ -224,10 +228,31 @@ class RedisServer:
 
 
 class RedisCluster:
-    """Redis Cluster masters started by ``start_cluster``."""
+    """Redis Cluster nodes started by ``start_cluster`` (masters, then their replicas)."""
 
     def __init__(self, nodes: list[RedisServer]) -> None:
         self.nodes = nodes
+
+    def node(self, port: int) -> RedisServer:
+        """The node listening on ``port``."""
+        return next(node for node in self.nodes if node.port == port)
+
+    def primaries(self) -> list[int]:
+        """The ports of the nodes that are primaries now (as a running node sees it)."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            try:
+                listing = send_command(node.port, "CLUSTER", "NODES", timeout=2.0).decode()
+            except (OSError, RuntimeError):
+                continue
+            ports = []
+            for line in listing.splitlines():
+                fields = line.split()
+                if len(fields) > 2 and "master" in fields[2] and "fail" not in fields[2]:
+                    ports.append(int(fields[1].split("@")[0].rsplit(":", 1)[1]))
+            return sorted(ports)
+        return []
 
     @property
     def url(self) -> str:
@@ -240,16 +265,28 @@ class RedisCluster:
 
 
 def start_cluster(
-    server_binary: str, cli_binary: str, workdir: Path, *, masters: int = 3, timeout: float = 60.0
+    server_binary: str,
+    cli_binary: str,
+    workdir: Path,
+    *,
+    masters: int = 3,
+    replicas: int = 0,
+    node_timeout_ms: int = 5000,
+    timeout: float = 60.0,
 ) -> RedisCluster:
-    """Start ``masters`` cluster-enabled servers, join them with ``redis-cli --cluster create``.
+    """Start ``masters`` cluster-enabled servers (and ``replicas`` replicas of each), join
+    them with ``redis-cli --cluster create``.
 
-    Returns once every node reports ``cluster_state:ok`` and knows every other node.
+    Returns once every node reports ``cluster_state:ok`` and knows every other
+    node, and every replica's link to its primary is up.
 
     Raises:
         RuntimeError: a node did not start or the cluster did not converge in time.
     """
-    nodes = [RedisServer(server_binary, workdir, cluster=True) for _ in range(masters)]
+    nodes = [
+        RedisServer(server_binary, workdir, cluster=True, node_timeout_ms=node_timeout_ms)
+        for _ in range(masters * (1 + replicas))
+    ]
     cluster = RedisCluster(nodes)
     try:
         for node in nodes:
@@ -261,7 +298,7 @@ def start_cluster(
                 "create",
                 *(f"127.0.0.1:{node.port}" for node in nodes),
                 "--cluster-replicas",
-                "0",
+                str(replicas),
                 "--cluster-yes",
             ],
             stdin=subprocess.DEVNULL,
@@ -276,7 +313,7 @@ def start_cluster(
                 + created.stderr.decode(errors="replace")
             )
         deadline = time.monotonic() + timeout
-        while not all(_cluster_ready(node.port, masters) for node in nodes):
+        while not all(_cluster_ready(node.port, len(nodes)) for node in nodes):
             if time.monotonic() > deadline:
                 raise RuntimeError("the redis cluster did not reach cluster_state:ok")
             time.sleep(0.05)
@@ -286,16 +323,19 @@ def start_cluster(
     return cluster
 
 
-def _cluster_ready(port: int, masters: int) -> bool:
+def _cluster_ready(port: int, nodes: int) -> bool:
     try:
         info = send_command(port, "CLUSTER", "INFO").decode()
+        replication = send_command(port, "INFO", "replication").decode()
     except (OSError, RuntimeError):
         return False
     fields = dict(line.split(":", 1) for line in info.split("\r\n") if ":" in line)
+    roles = dict(line.split(":", 1) for line in replication.split("\r\n") if ":" in line)
     return (
         fields.get("cluster_state") == "ok"
         and fields.get("cluster_slots_ok") == "16384"
-        and fields.get("cluster_known_nodes") == str(masters)
+        and fields.get("cluster_known_nodes") == str(nodes)
+        and (roles.get("role") == "master" or roles.get("master_link_status") == "up")
     )
 
 

@@ -12,13 +12,14 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
 from ...errors import ConfigurationError
 from ..protocol import Entry
 from .connection import Database
 from .describe import describe_database, describe_file
+from .drops import DropLog, Invalidated
 from .gathering import Gatherer, Gathering, next_iteration
 from .leases import LeaseTable
 from .schema import MEMORY
@@ -126,6 +127,7 @@ class SQLiteStore:
             max_bytes=max_bytes,
         )
         self._leases = LeaseTable(database.execute, database.read)
+        self._drops = DropLog(database.execute, database.read, database.spawn)
         self._reading = 0  # reads of ours in flight; while any is, gets are gathered
         self._gets: Gatherer[bytes, Entry | None] = Gatherer(self._run_get, database.spawn)
         self._adds: Gatherer[tuple[bytes, bytes, float | None], Entry] = Gatherer(
@@ -248,8 +250,9 @@ class SQLiteStore:
         return bool(rows)
 
     async def delete(self, key: bytes) -> None:
-        """Drop ``key`` if present."""
+        """Drop ``key`` if present, and log it for the other processes' tiers."""
         await self._database.execute(DELETE, (key,))
+        await self._drops.record(key)
 
     async def prune(self) -> int:
         """Delete expired entries and leases, then enforce the bounds.
@@ -265,9 +268,13 @@ class SQLiteStore:
         return int(rows[0][0])
 
     async def clear(self) -> None:
-        """Drop every entry and lease, and give the space back to the file system."""
+        """Drop every entry and lease, and give the space back to the file system.
+
+        The clear is logged for the other processes' tiers (``subscribe_invalidations``).
+        """
         await self._database.execute(CLEAR_ENTRIES, ())
         await self._database.execute(CLEAR_LEASES, ())
+        await self._drops.record(None)
         await self._database.vacuum()
 
     async def aclose(self) -> None:
@@ -283,6 +290,20 @@ class SQLiteStore:
                 return
             yield [(key, Entry(value, expires_at)) for key, value, expires_at in rows]
             after = rows[-1][0]
+
+    def subscribe_invalidations(self, callback: Invalidated) -> Callable[[], None]:
+        """Have ``callback(key)`` awaited when entries here are dropped, by any process.
+
+        ``key`` is the entry's key (a ``delete``) or ``None`` for every entry
+        (a ``clear``, or drops that were missed). Every process that
+        subscribed reads the file's drop log every few milliseconds (see
+        ``drops``), starting when a loop first uses the store. Returns a
+        function that unsubscribes. ``TieredStore`` subscribes its L1.
+        """
+        unsubscribe = self._drops.subscribe(callback)
+        if self._database.connection is not None:
+            self._drops.start()
+        return unsubscribe
 
     def stats(self) -> dict[str, int]:
         """Counters: queries sent, entries pruned and evicted, times the file was reopened."""
@@ -395,5 +416,6 @@ class SQLiteStore:
         return results
 
     def _opened(self) -> None:
+        self._drops.start()
         if self.prune_interval is not None:
             self._database.spawn(self._upkeep.run(self.prune_interval), daemon=True)
