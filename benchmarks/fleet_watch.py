@@ -625,6 +625,12 @@ def main(argv: list[str] | None = None) -> int:
         slots = _slots_by_input({r[2] for r in records}, fleet.port, fleet.prefix)
     report = _analyse(records, runs, log, slots, duration)
     steady = [r for r in records if r[0] < args.phase]
+    outcomes = Counter(r[4] for r in steady)
+    # What the fault-free phase's requests were: the capacity model's inputs.
+    report["steady phase"] = {
+        "requests": len(steady),
+        **{f"{name} share": round(n / max(1, len(steady)), 4) for name, n in outcomes.items()},
+    }
     report["summary"]["Redis commands per request (fault-free phase)"] = round(
         steady_commands / max(1, len(steady)), 3
     )

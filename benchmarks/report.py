@@ -53,6 +53,8 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("models", "Models: MiniLM misses and hits, batching, offload"),
     ("backend_sharing", "One cache for every backend"),
     ("fleet", "Fleet: a hot-key burst across processes, leases off and on"),
+    ("fleet_watch", "A fleet you can watch: replicas behind HAProxy through Redis faults"),
+    ("capacity", "Capacity: what a decision costs Redis and SQLite"),
 )
 
 SIZES = (140, 2_000, 20_000)
