@@ -34,6 +34,7 @@ import aiosqlite
 from ...errors import StoreError
 from . import threads
 from .schema import MEMORY, file_identity, open_database, open_reader
+from .sql import numbered
 
 __all__ = ["CHECK_EVERY", "Database"]
 
@@ -139,7 +140,7 @@ class Database:
         """
         db = await self.write_connection()
         try:
-            rows: Any = await db.execute_fetchall(statement, params)
+            rows: Any = await db.execute_fetchall(statement, numbered(params))
         except (sqlite3.Error, ValueError) as exc:
             return await self.again(exc, self.write_connection, statement, params)
         return rows  # type: ignore[no-any-return]
@@ -152,7 +153,7 @@ class Database:
         """
         db = self.ready_reader() or await self.read_connection()
         try:
-            rows: Any = await db.execute_fetchall(statement, params)
+            rows: Any = await db.execute_fetchall(statement, numbered(params))
         except (sqlite3.Error, ValueError) as exc:
             return await self.again(exc, self.read_connection, statement, params)
         return rows  # type: ignore[no-any-return]
@@ -176,7 +177,7 @@ class Database:
             raise StoreError(self._message(exc)) from exc
         db = await connection()
         try:
-            rows: Any = await db.execute_fetchall(statement, params)
+            rows: Any = await db.execute_fetchall(statement, numbered(params))
         except (sqlite3.Error, ValueError) as retried:
             raise self.error(retried) from retried
         return rows  # type: ignore[no-any-return]

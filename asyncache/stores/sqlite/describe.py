@@ -18,7 +18,7 @@ import aiosqlite
 from ...errors import StoreError
 from . import threads
 from .schema import MEMORY, user_version
-from .sql import LIVE_LEASES, SUMMARY, TABLES
+from .sql import LIVE_LEASES, SUMMARY, TABLES, numbered
 
 __all__ = ["describe_database", "describe_file", "file_bytes"]
 
@@ -36,11 +36,11 @@ async def describe_database(db: aiosqlite.Connection, path: str) -> dict[str, An
         raise StoreError(f"{path} is not an asyncache SQLite store")
     version = await user_version(db, path)
     now = time.time()
-    summary = list(await db.execute_fetchall(SUMMARY, (now,)))
+    summary = list(await db.execute_fetchall(SUMMARY, numbered((now,))))
     entries, stored_bytes, expired, forever, first, last = summary[0]
     leases = 0
     if "asyncache_leases" in tables:
-        (leases,) = next(iter(await db.execute_fetchall(LIVE_LEASES, (now,))))
+        (leases,) = next(iter(await db.execute_fetchall(LIVE_LEASES, numbered((now,)))))
     facts: dict[str, Any] = {
         "schema_version": version,
         "entries": entries,

@@ -34,6 +34,7 @@ from .sql import (
     GET_ONE,
     RENEW,
     insert_many,
+    numbered,
     select_many,
     storable_expiry,
 )
@@ -195,7 +196,7 @@ class SQLiteStore:
                 self.read_queries += 1
                 params = (key, time.time())
                 try:
-                    rows: Any = await db.execute_fetchall(GET_ONE, params)
+                    rows: Any = await db.execute_fetchall(GET_ONE, numbered(params))
                 except (sqlite3.Error, ValueError) as exc:
                     rows = await database.again(exc, database.read_connection, GET_ONE, params)
             finally:
