@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import datetime
 import decimal
-import enum
 import importlib.util
 import json
 import math
@@ -15,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import orjson
-import pydantic
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,6 +23,7 @@ from asyncache.keys import KEY_VERSION, KeyBuilder, canonical, make_key
 
 from .golden.make_keys import cases as golden_cases
 from .support import TORCH_OPTIONAL, require
+from .support.inputs import Color, Level, Mode, Point, Query
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -279,32 +278,9 @@ def test_torch_tensors_key_on_dtype_shape_and_bytes() -> None:
 
 
 @dataclasses.dataclass
-class Point:
-    x: int
-    y: float
-
-
-@dataclasses.dataclass
 class Other:
     x: int
     y: float
-
-
-class Color(enum.Enum):
-    RED = "red"
-
-
-class Mode(str, enum.Enum):  # noqa: UP042 - the mixin form: its str() is not its value
-    FAST = "fast"
-
-
-class Level(enum.IntEnum):
-    HIGH = 3
-
-
-class Query(pydantic.BaseModel):
-    text: str
-    top_k: int = 5
 
 
 def test_dataclasses_key_on_class_and_fields() -> None:

@@ -13,13 +13,23 @@ here, never from its underscore modules. Its modules:
 - ``_leases``: one computation per fleet, through the store's leases;
 - ``_audit``: sampled audits of hits and shadow mode;
 - ``_warm``: pre-warming from a list of inputs;
+- ``_stream``: a computation's pieces shared live by its flight's callers;
 - ``_memo``: decoded results of recent hits, by key;
 - ``_runtime``: what the path needs of the event loop, under asyncio and trio.
 """
 
 from ._audit import Auditor, Compare, MismatchHook
-from ._engine import MISS, AdmitHook, Engine, Fingerprint, Source, TtlHook, Unshared
-from ._flights import error_for_caller
+from ._engine import (
+    MISS,
+    AdmitHook,
+    Engine,
+    Fingerprint,
+    Source,
+    TtlHook,
+    Unshared,
+    replay_miss,
+)
+from ._flights import Flight, error_for_caller
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
 from ._many import get_or_compute_many
@@ -32,18 +42,24 @@ from ._runtime import (
     spawn,
     wait_for,
 )
+from ._stream import MAX_PIECES, Broadcast, Framing, Reader
 from ._warm import WarmSummary, warm
 
 __all__ = [
+    "MAX_PIECES",
     "MISS",
     "AdmitHook",
     "Auditor",
+    "Broadcast",
     "Compare",
     "Engine",
     "Event",
     "Fingerprint",
+    "Flight",
+    "Framing",
     "Leases",
     "MismatchHook",
+    "Reader",
     "Source",
     "StoreGuard",
     "TtlHook",
@@ -56,6 +72,7 @@ __all__ = [
     "is_cancellation",
     "lease_store",
     "new_event",
+    "replay_miss",
     "spawn",
     "wait_for",
     "warm",

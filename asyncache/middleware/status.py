@@ -89,6 +89,8 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
         member = f"{name}; fwd=uri-miss"
     elif outcome == "shared":
         member = f"{name}; fwd=uri-miss; collapsed"
+    elif outcome == "replay_miss":
+        member = f"{name}; fwd=miss; detail=replay"
     elif reason == "no_store":
         member = f"{name}; fwd=request; detail=no-store"
     else:
