@@ -55,6 +55,7 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("fleet", "Fleet: a hot-key burst across processes, leases off and on"),
     ("fleet_watch", "A fleet you can watch: replicas behind HAProxy through Redis faults"),
     ("capacity", "Capacity: what a decision costs Redis and SQLite"),
+    ("load_client", "The demo's load client beside wrk, on one server's hits"),
 )
 
 SIZES = (140, 2_000, 20_000)
