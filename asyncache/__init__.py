@@ -24,6 +24,7 @@ from .errors import (
     OffloadError,
     ReplayMiss,
     SchemaVersionError,
+    SignatureError,
     StoreError,
     WorkerDiedError,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "ProcessOffload",
     "ReplayMiss",
     "SchemaVersionError",
+    "SignatureError",
     "StoreError",
     "ThreadOffload",
     "WorkerDiedError",

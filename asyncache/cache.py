@@ -105,11 +105,15 @@ class DecisionCache:
         mode: ``"live"`` serves hits; ``"shadow"`` computes every call,
             returns the fresh result, fills the store and counts whether the
             stored decision would have been served and agreed; ``"record"``
-            computes every call and stores it in place of what the key held;
-            ``"replay"`` answers from the store only, never runs the model, and
-            raises ``ReplayMiss`` for a call it holds no decision for. Every
-            door (single calls, ``.many()``, micro-batching, the middleware)
-            obeys it.
+            computes every call and stores it in place of what the key held,
+            raising ``StoreError`` for a decision it could not store (the
+            store failed, or the result does not encode or is too large: a
+            recording is complete or it fails); ``"replay"`` answers from the
+            store only, never runs the model, writes, deletes, renews or
+            prunes nothing, and raises ``ReplayMiss`` (its ``reason`` says
+            why: not recorded, signature does not match, corrupt, expired) for
+            a call it holds no usable decision for. Every door (single calls,
+            ``.many()``, micro-batching, the middleware) obeys it.
 
     Attributes:
         engine: the one hit/miss path every door takes (``asyncache.engine._engine``).
@@ -180,6 +184,8 @@ class DecisionCache:
             stats=stats,
             log=log,
         )
+        # Replay reads only: the guard refuses every other store call, whatever asks.
+        guard.read_only = mode == "replay"
         self.engine = Engine(
             chosen, guard=guard, stats=stats, log=log, secret=normalize_secret(secret)
         )
@@ -209,7 +215,8 @@ class DecisionCache:
                 concurrency=audit_concurrency,
             )
             self.engine.auditor = auditor
-            self.engine.sampler = auditor if audit_rate > 0 else None
+            # An audit runs the model and may write: never in replay.
+            self.engine.sampler = auditor if audit_rate > 0 and mode != "replay" else None
         self.leases = leases
         self.lease_ttl = lease_ttl
         self.use_store(chosen)
@@ -243,6 +250,12 @@ class DecisionCache:
                 f"mode='record' replaces what a key holds, which needs a store with "
                 f"delete(key); {type(store).__name__} has none"
             )
+        if self.mode == "replay":
+            # The store's own background writes (SQLite's prune) would delete an
+            # expired recording while it is replayed.
+            pause = getattr(store, "pause_upkeep", None)
+            if callable(pause):
+                pause()
         engine = self.engine
         engine.use(store)
         engine.leases = None
@@ -354,7 +367,8 @@ class DecisionCache:
     async def lookup(self, key: bytes) -> Decoded | None:
         """Return the live decoded decision under ``key`` and count the hit, or ``None``.
 
-        A corrupt or tampered entry is counted, deleted and reported as ``None``.
+        A corrupt or tampered entry is counted, deleted and reported as ``None``
+        (in replay, which deletes nothing, it is a ``ReplayMiss`` saying why).
         """
         return await self.engine.lookup(key)
 

@@ -57,7 +57,6 @@ CHECKS: dict[str, Check] = {
             r"^lease waits: 1$",
             r"^after a dead owner: model runs: 2 takeovers: 1 \{'other'\}$",
         ),
-        needs_modules=("aiosqlite",),
     ),
     "audit_shadow.py": Check(
         stdout=(
@@ -76,7 +75,6 @@ CHECKS: dict[str, Check] = {
             r"^urgent urgent$",
             r"^model runs on the replica: 0 hits: 2$",
         ),
-        needs_modules=("aiosqlite",),
     ),
     "prometheus_metrics.py": Check(
         stdout=(
@@ -114,7 +112,7 @@ CHECKS: dict[str, Check] = {
             r"^a DecisionStore: True$",
             r"^hits: 1 entries: 1$",
         ),
-        needs_modules=("aiosqlite", "redis"),
+        needs_modules=("redis",),
     ),
     "middleware_recipes.py": Check(
         stdout=(
@@ -222,7 +220,6 @@ CHECKS: dict[str, Check] = {
             r"^model runs for 3 identical calls: 0$",
             r"^entries in the store: 1$",
         ),
-        needs_modules=("aiosqlite",),
     ),
     "coalescing.py": Check(
         stdout=(
@@ -413,7 +410,6 @@ def _replay_in_ci(project: Path) -> str:
 
 
 def test_the_recipe_replays_the_committed_decisions(tmp_path: Path) -> None:
-    require(_module_available("aiosqlite"), "the recipe needs aiosqlite")
     project = _recipe(tmp_path, recorded=True)
     before = (project / "decisions.sqlite").read_bytes()
     _replay_in_ci(project)
@@ -422,7 +418,6 @@ def test_the_recipe_replays_the_committed_decisions(tmp_path: Path) -> None:
 
 
 def test_the_recipe_records_what_its_tests_replay(tmp_path: Path) -> None:
-    require(_module_available("aiosqlite"), "the recipe needs aiosqlite")
     project = _recipe(tmp_path, recorded=False)
     env = _recipe_env()
     env.update(ASYNCACHE_MODE="record", ASYNCACHE_STORE_URL="sqlite:///decisions.sqlite")

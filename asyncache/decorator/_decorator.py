@@ -253,7 +253,7 @@ def cached_prediction(
             return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
 
         if rebuild is not None:
-            wrapper = _typed(fn, wrapper, rebuild, cache, make_key)
+            wrapper = _typed(fn, wrapper, rebuild, cache, make_key, name)
 
         async def uncached(*args: Any, **kwargs: Any) -> Any:
             return await raw(*args, **kwargs)
@@ -333,12 +333,14 @@ def _typed(
     rebuild: Rebuild,
     cache: DecisionCache,
     make_key: Callable[..., bytes],
+    name: str,
 ) -> Callable[..., Awaitable[Any]]:
     """``plain``, its answers rebuilt into the declared type (only functions that need it).
 
     A stored decision that no longer fits the type (a field added to the
     dataclass since it was stored) is a corrupt entry: deleted, counted, and
-    computed again; a fresh result that does not fit its annotation raises.
+    computed again (in replay, a ``ReplayMiss`` saying so); a fresh result
+    that does not fit its annotation raises.
     """
 
     @functools.wraps(fn)
@@ -350,7 +352,10 @@ def _typed(
             if not cache.enabled:
                 raise  # the function's own result: nothing stored to blame
             stale = DecodeError(f"the stored decision does not fit the return type: {exc!r}")
-            await cache.engine.discard_corrupt(make_key(*args, **kwargs), stale)
+            try:
+                await cache.engine.discard_corrupt(make_key(*args, **kwargs), stale)
+            except ReplayMiss as miss:
+                raise miss.named(name) from None
         return rebuild(await plain(*args, **kwargs))
 
     return typed

@@ -25,6 +25,11 @@ The modes are decided in one place, ``Engine.mode``: ``live`` serves hits,
 and serves nothing from the store, ``record`` computes and replaces, ``replay``
 only reads, and ``off`` (a disabled cache) computes without the store. The
 many-keys path reads the same attribute.
+
+Replay never writes, whatever it finds: a corrupt or foreign-signed entry is a
+``ReplayMiss`` that says so (``refusal``), never deleted; hits are not renewed;
+the guard refuses every write (``StoreGuard.read_only``) and the store's own
+upkeep is paused (``DecisionCache.use_store``).
 """
 
 from __future__ import annotations
@@ -34,11 +39,11 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from ..codec import Decoded, decode, encode
-from ..errors import DecodeError, ReplayMiss
+from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
 from ..keys import canonical
 from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
@@ -262,6 +267,9 @@ class Engine:
         """The stored decision under ``key`` as ``Decoded``, counted as a hit, or ``None``.
 
         A corrupt entry is counted, dropped and ``None``.
+
+        Raises:
+            ReplayMiss: in replay, a corrupt entry (left as it was).
         """
         entry = await self.store_get(key)
         if entry is None:
@@ -315,6 +323,9 @@ class Engine:
             try:
                 value = self.hit(key, entry)
             except DecodeError as exc:
+                if mode == "replay":
+                    self.stats.corrupt += 1
+                    raise await self.refusal(key, inputs, exc) from None
                 await self.discard_corrupt(key, exc)
             else:
                 if self.sampler is not None and audit:
@@ -337,6 +348,9 @@ class Engine:
         itself what a miss does (the middleware: follow a run, or start one
         with ``miss``). A corrupt entry is dropped and is ``MISS``.
         ``recompute``: what an audit of the hit runs (no audit without it).
+
+        Raises:
+            ReplayMiss: in replay, an entry that cannot be used, saying why (it stays).
         """
         entry = self._peek(key) if self._peek is not None else None
         if entry is None and not self._peek_final:
@@ -346,6 +360,9 @@ class Engine:
         try:
             value = self.hit(key, entry)
         except DecodeError as exc:
+            if self.mode == "replay":
+                self.stats.corrupt += 1
+                raise await self.refusal(key, inputs, exc) from None
             await self.discard_corrupt(key, exc)
             return MISS
         if self.sampler is not None and recompute is not None:
@@ -369,7 +386,7 @@ class Engine:
         """
         self.stats.misses += 1
         if self.mode == "replay":
-            raise replay_miss(key, inputs)
+            raise await self.refusal(key, inputs)
         if not self.coalesce:
             return await self.compute(key, compute, inputs, source)
         flight = self.flights.get(key)
@@ -535,6 +552,9 @@ class Engine:
 
         Stores keep the first decision (``add``), so the old entry is deleted
         first; a writer that adds between the two wins, as it would in live mode.
+
+        Raises:
+            StoreError: the decision could not be written (``replace``).
         """
         result, seconds = await self.timed(compute)
         if isinstance(result, Unshared):
@@ -544,9 +564,48 @@ class Engine:
         if prepared is None:
             return result
         value, expires_at = prepared
-        await self.delete_entry(key)
-        entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+        [entry] = await self.replace([(key, value, expires_at)])
         return self.winner(key, value, entry, result)
+
+    async def replace(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
+        """Record mode's write: delete what each key held, then add its new decision.
+
+        Where live mode counts a failed write and goes on, a recording is
+        complete or it fails. Its calls skip the guard's timeout and cool-down:
+        they wait as long as the store's own bounds allow (SQLite's
+        ``busy_timeout``, Redis's socket timeouts), and one that fails raises,
+        so the recording never silently keeps an old decision or lacks a new one.
+
+        Raises:
+            StoreError: a decision could not be written.
+        """
+        store = self.store
+        delete = store.delete  # type: ignore[attr-defined]  # checked by use_store
+        await self._recording(
+            "delete", items, lambda: asyncio.gather(*(delete(k) for k, _, _ in items))
+        )
+        if len(items) == 1:
+            key, value, expires_at = items[0]
+            return [await self._recording("add", items, lambda: store.add(key, value, expires_at))]
+        return list(await self._recording("add_many", items, lambda: store.add_many(items)))
+
+    async def _recording(
+        self,
+        what: str,
+        items: Sequence[tuple[bytes, bytes, float | None]],
+        call: Callable[[], Awaitable[T]],
+    ) -> T:
+        """One store call of a recording: its result, or ``StoreError`` (counted and logged)."""
+        try:
+            return await call()
+        except Exception as exc:
+            self.guard.failed(what, exc)
+            first = items[0][0].hex()
+            more = f" and {len(items) - 1} more" if len(items) > 1 else ""
+            raise StoreError(
+                f"record: the store's {what} failed for key {first}{more} ({exc}); "
+                "the recording is incomplete"
+            ) from exc
 
     def adopt(self, key: bytes, entry: Entry) -> Any:
         """The value of an entry another process stored while we waited on its lease.
@@ -592,7 +651,14 @@ class Engine:
     def prepare(
         self, key: bytes, result: Any, inputs: Any, compute_seconds: float
     ) -> tuple[bytes, float | None] | None:
-        """Encode ``result`` for the store, or ``None`` when it must not be kept."""
+        """Encode ``result`` for the store, or ``None`` when it must not be kept.
+
+        Raises:
+            StoreError: in record mode, a result that cannot be stored (it does
+                not encode, or is over ``max_entry_bytes``): a recording
+                without it would be incomplete. ``ttl`` and ``admit`` refusals
+                are the user's choice, and are not errors.
+        """
         try:
             ttl = self.ttl
             if callable(ttl):
@@ -623,6 +689,11 @@ class Engine:
         except (TypeError, ValueError) as exc:
             self.stats.unencodable += 1
             kind = type(result).__qualname__
+            if self.mode == "record":
+                raise StoreError(
+                    f"record: a result of type {kind} cannot be stored ({exc}) for key "
+                    f"{key.hex()}; the recording is incomplete"
+                ) from exc
             if kind not in self._unencodable_warned:
                 self._unencodable_warned.add(kind)
                 logger.warning(
@@ -631,6 +702,11 @@ class Engine:
             return None
         if len(value) > self.max_entry_bytes:
             self.stats.too_large += 1
+            if self.mode == "record":
+                raise StoreError(
+                    f"record: the decision for key {key.hex()} encodes to {len(value)} bytes, "
+                    f"over max_entry_bytes={self.max_entry_bytes}; the recording is incomplete"
+                )
             return None
         return value, (None if ttl is None else now + ttl)
 
@@ -657,21 +733,30 @@ class Engine:
         return await self.guard.call("get", lambda: self.store.get(key))
 
     async def discard_corrupt(self, key: bytes, exc: DecodeError) -> None:
-        """Count a corrupt entry and delete it."""
+        """Count a corrupt entry and delete it.
+
+        Raises:
+            ReplayMiss: in replay, which deletes nothing: the entry is left as recorded.
+        """
         self.stats.corrupt += 1
+        if self.mode == "replay":
+            raise await self.refusal(key, _UNKNOWN, exc) from None
         self.log.warning("corrupt", "asyncache: dropping an entry that does not decode: %s", exc)
         # Awaited, not backgrounded: the add that follows must not find it.
         await self.delete_entry(key)
 
     async def delete_entry(self, key: bytes) -> None:
-        """The store's ``delete`` (optional: see ``DecisionStore``), guarded."""
+        """The store's ``delete`` (optional: see ``DecisionStore``), guarded; never in replay."""
         delete = getattr(self.store, "delete", None)
-        if delete is not None:
+        if delete is not None and self.mode != "replay":
             await self.guard.call("delete", lambda: delete(key))
 
     def maybe_renew(self, key: bytes, entry: Entry, ttl: float | None) -> None:
-        """Push a hit's expiry out by its ttl, at most once every ttl/16, in the background."""
-        if ttl is None or ttl <= 0 or entry.expires_at is None:
+        """Push a hit's expiry out by its ttl, at most once every ttl/16, in the background.
+
+        Never in replay: a recording's expiries stay as they were recorded.
+        """
+        if ttl is None or ttl <= 0 or entry.expires_at is None or self.mode == "replay":
             return
         now = time.time()
         if ttl - (entry.expires_at - now) < ttl / 16:
@@ -689,6 +774,24 @@ class Engine:
         finally:
             self._renewing.discard(key)
 
+    async def refusal(self, key: bytes, inputs: Any, exc: DecodeError | None = None) -> ReplayMiss:
+        """The ``ReplayMiss`` for a replayed call with no usable decision, saying why.
+
+        ``exc`` is why the entry found did not decode; without one, the store
+        is asked (when it can say: ``expired_at``) whether it holds the key expired.
+        """
+        if isinstance(exc, SignatureError):
+            return replay_miss(key, inputs, "signature does not match", str(exc))
+        if exc is not None:
+            return replay_miss(key, inputs, "corrupt", str(exc))
+        expired_at = getattr(self.store, "expired_at", None)
+        if expired_at is not None:
+            when = await self.guard.call("get", lambda: expired_at(key))
+            if when is not None:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+                return replay_miss(key, inputs, "expired", f"at {stamp}")
+        return replay_miss(key, inputs)
+
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
         return spawn(work, self.background)
@@ -697,17 +800,32 @@ class Engine:
         """Finish background work and cancel running computations; the store stays open."""
         self.closed = True
         if self.background:
-            await asyncio.gather(*list(self.background), return_exceptions=True)
+            # Only this loop's: another loop's tasks (a thread's own asyncio.run) end with it.
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # trio: background work runs as system tasks
+                loop = None
+            mine = [task for task in self.background if task.get_loop() is loop]
+            if mine:
+                await asyncio.gather(*mine, return_exceptions=True)
         await self.flights.aclose()
 
 
-def replay_miss(key: bytes, inputs: Any) -> ReplayMiss:
-    """The error of ``mode="replay"`` for a key the store does not hold."""
+# The inputs of a call the caller cannot name (a corrupt entry found by key alone).
+_UNKNOWN: Any = object()
+
+
+def replay_miss(
+    key: bytes, inputs: Any, reason: str = "not recorded", detail: str | None = None
+) -> ReplayMiss:
+    """The error of ``mode="replay"`` for a key it holds no usable decision for."""
     try:
+        if inputs is _UNKNOWN:
+            raise TypeError
         digest = hashlib.blake2b(canonical(inputs), digest_size=6).hexdigest()
     except TypeError:
         digest = key[:6].hex()
-    return ReplayMiss(None, digest, key)
+    return ReplayMiss(None, digest, key, reason, detail)
 
 
 # -- what the engine needs of its optional parts -------------------------------

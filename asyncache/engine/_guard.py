@@ -38,7 +38,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
+from ..errors import ConfigurationError
 from ..stats import CacheStats, RateLimitedLog
+from ._runtime import timeout_after
 
 __all__ = ["READS", "Bucket", "Deadlines", "Health", "StoreGuard"]
 
@@ -218,6 +220,7 @@ class StoreGuard:
         "_timed",
         "failure_cooldown",
         "failure_threshold",
+        "read_only",
         "reads",
         "writes",
     )
@@ -241,6 +244,8 @@ class StoreGuard:
         """The health of ``get`` and ``get_many``."""
         self.writes = Health()
         """The health of every other call."""
+        self.read_only = False
+        """Set in replay: every call but a read is refused (``None``) without reaching the store."""
         self.use(store)
 
     @property
@@ -274,7 +279,12 @@ class StoreGuard:
             what: the call's name, for the log (``"get"``, ``"add_many"``...).
             make: starts the call; not called at all while the store cools down.
         """
-        health = self.reads if what in READS else self.writes
+        if what in READS:
+            health = self.reads
+        elif self.read_only:
+            return None
+        else:
+            health = self.writes
         if health.skip_until:
             if time.monotonic() < health.skip_until:
                 return None
@@ -296,7 +306,9 @@ class StoreGuard:
                     result = await self._bounded(_resume(awaitable, yielded))
             else:
                 result = await self._bounded(awaitable)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ConfigurationError):
+            # A store that cannot work here at all (RedisStore under trio) says so at
+            # once, rather than failing every call as a miss.
             raise
         except Exception as exc:
             self.failed(what, exc)
@@ -318,7 +330,7 @@ class StoreGuard:
         """Await ``awaitable`` under the timeout: a shared deadline when it can."""
         if self._task() is not None:
             return await self._deadlines.run(awaitable)  # type: ignore[union-attr]
-        async with asyncio.timeout(self.timeout):
+        async with timeout_after(self.timeout):  # asyncio's, or anyio's under trio
             return await awaitable
 
     def failed(self, what: str, exc: Exception) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import DecodeError
 from ..stores.protocol import Entry, LeaseStore
+from ._runtime import timeout_after
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -200,7 +201,7 @@ class Leases:
         if guard.cooling(what):
             return _FAILED  # the store is cooling down after repeated failures
         try:
-            async with asyncio.timeout(timeout):
+            async with timeout_after(timeout):
                 return await call()
         except asyncio.CancelledError:
             raise

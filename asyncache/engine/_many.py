@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from ..codec import Decoded
 from ..errors import DecodeError
 from ..stores.protocol import Entry
-from ._engine import replay_miss
 from ._flights import Flight, copy_for_caller
 
 if TYPE_CHECKING:
@@ -67,6 +66,9 @@ async def get_or_compute_many(
             try:
                 found[key] = engine.hit(key, entry, uses=uses[key])
             except DecodeError as exc:
+                if mode == "replay":  # nothing is deleted: the error says what is wrong
+                    stats.corrupt += 1
+                    raise await engine.refusal(key, item_inputs[first[key]], exc) from None
                 await engine.discard_corrupt(key, exc)
                 continue
             if engine.sampler is not None:
@@ -75,7 +77,7 @@ async def get_or_compute_many(
     missing = [key for key in unique if key not in found]
     if mode == "replay" and missing:
         stats.misses += sum(uses[key] for key in missing)
-        raise replay_miss(missing[0], item_inputs[first[missing[0]]])
+        raise await engine.refusal(missing[0], item_inputs[first[missing[0]]])
     stats.misses += sum(uses[key] for key in missing)
     # Claim every unclaimed key before awaiting anything: never wait on our own keys.
     flights = engine.flights
@@ -277,7 +279,11 @@ async def _record(
     compute: BatchCompute,
     inputs: Sequence[Any],
 ) -> list[Any]:
-    """Record mode: compute every item, store each in place of what its key held."""
+    """Record mode: compute every item, store each in place of what its key held.
+
+    Raises:
+        StoreError: the store did not take every decision (``Engine.replace``).
+    """
     indices = [first[key] for key in unique]
     results, share = await _run(engine, compute, indices)
     pending: list[tuple[bytes, bytes, float | None]] = []
@@ -289,10 +295,7 @@ async def _record(
             if prepared is not None:
                 pending.append((key, *prepared))
     if pending:
-        store = engine.store
-        await asyncio.gather(*(engine.delete_entry(key) for key, _, _ in pending))
-        added = await engine.guard.call("add_many", lambda: store.add_many(pending))
-        winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        winners = await engine.replace(pending)  # raises when the store did not take them
         for (key, value, _), entry in zip(pending, winners, strict=True):
             fresh[key] = engine.winner(key, value, entry, fresh[key])
     return _answers(keys, fresh, set(), fresh.__getitem__)

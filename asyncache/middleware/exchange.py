@@ -41,7 +41,6 @@ from ..engine import (
     cancelled,
     error_for_caller,
     is_cancellation,
-    replay_miss,
     spawn,
     wait_for,
 )
@@ -129,16 +128,20 @@ class Exchange:
         if serving:
             if engine.sampler is not None and settings.audit:
                 runner = self._runner()
-            value = await engine.fetch(
-                self.key,
-                recompute=None if runner is None else runner.recompute,
-                inputs=self.inputs_made(),
-            )
+            try:
+                value = await engine.fetch(
+                    self.key,
+                    recompute=None if runner is None else runner.recompute,
+                    inputs=self.inputs_made(),
+                )
+            except ReplayMiss as miss:  # an entry replay cannot use (another secret...)
+                await self.refuse_in_replay(miss)
+                return
             if value is not MISS:
                 await self.answer(value)
                 return
             if engine.mode == "replay":
-                await self.refuse_in_replay(replay_miss(self.key, self.inputs_made()))
+                await self.refuse_in_replay(await engine.refusal(self.key, self.inputs_made()))
                 return
         await self.lead(runner, listed=serving and engine.coalesce)
 
@@ -291,7 +294,7 @@ class Exchange:
         settings = self.settings
         if settings.engine.mode == "replay":
             # Only a request that could not share a run gets here: replay never runs the app.
-            await self.refuse_in_replay(replay_miss(self.key, self.inputs_made()))
+            await self.refuse_in_replay(await settings.engine.refusal(self.key, self.inputs_made()))
             return
         broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=listed)
         runner = runner or self._runner()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DELETE", "RELEASE", "RENEW", "REPLACE"]
+__all__ = ["ACQUIRE", "DELETE", "RELEASE", "RENEW", "REPLACE"]
 
 RENEW = """
 local head = redis.call('GETRANGE', KEYS[1], 0, 8)
@@ -42,12 +42,33 @@ Unless another writer replaced it first; returns what is there instead, or nil.
 ARGV: the old stored bytes, the new ones, the new PXAT in ms (``""`` for none).
 """
 
+ACQUIRE = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local bound = tonumber(string.match(held, '^(%d+):'))
+  local left = redis.call('PTTL', KEYS[1])
+  if bound and left > 0 and left <= bound then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+"""Take a lease unless a live one holds the key; a lease is ``<ttl ms>:<token>``.
+
+A lease is live only while Redis's expiry is within the ttl written in it
+(``layout.lease_is_live``): one without an expiry, or with a longer one, or
+a value that is no lease at all (written by something else) is dead and taken.
+ARGV: the lease's value, its ttl in ms.
+"""
+
 RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, (string.find(held, ':', 1, true) or 0) + 1) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
-"""Compare-and-delete a lease, then tell waiters to look again.
+"""Compare-and-delete a lease (by the token after its ttl), then tell waiters to look again.
 
 ARGV: the holder's token, the channel, the key to announce.
 """

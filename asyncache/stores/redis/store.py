@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -15,7 +14,7 @@ from ..protocol import Entry
 from .channels import Invalidated, Invalidations
 from .gate import DRIVER_ERRORS, store_error
 from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pack, pxat, unpack
-from .loops import Bound, Command, Loops, Settings
+from .loops import Bound, Command, Loops, Settings, refuse_other_loops, running_loop
 from .scan import count_entries, describe_prefix, unlink_all, walk_entries
 from .url import DEFAULT_PREFIX, Client, connect
 
@@ -72,8 +71,12 @@ class RedisStore:
     of ``SET NX PXAT GET``. Each caller still awaits its own answer, so the
     engine's timeout, a cancellation and a failure each touch one call.
 
+    redis-py is asyncio's alone: made or used under trio, the store raises
+    ``ConfigurationError`` at once (under trio, use ``SQLiteStore``).
+
     Raises:
-        ConfigurationError: the prefix is empty or the client decodes responses.
+        ConfigurationError: the prefix is empty, the client decodes responses,
+            or a loop other than asyncio's (trio) is running.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class RedisStore:
         pool_timeout: float | None = None,
         close_client: bool = False,
     ) -> None:
+        refuse_other_loops()
         raw_prefix = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
         if not raw_prefix:
             raise ConfigurationError(
@@ -205,7 +209,7 @@ class RedisStore:
         """
         # The hot path: the loop check, the gate's free path and the error mapping inline.
         bound = self._loops.last
-        if bound is None or bound.loop is not asyncio.get_running_loop():
+        if bound is None or bound.loop is not running_loop():
             bound = await self._loops.bind()
         reads = bound.reads
         if reads.lone():
@@ -498,6 +502,6 @@ class RedisStore:
     async def _bound(self) -> Bound:
         """What the running event loop uses: its client, gate, scripts and leases."""
         bound = self._loops.last
-        if bound is not None and bound.loop is asyncio.get_running_loop():
+        if bound is not None and bound.loop is running_loop():
             return bound
         return await self._loops.bind()

@@ -54,7 +54,7 @@ class DropLog:
     Args:
         execute: runs a statement that writes, on the store's write connection.
         read: runs a statement that only reads, on its read connection.
-        spawn: starts a task the store owns (a daemon is cancelled on ``aclose``).
+        spawn: starts an asyncio task the store owns (awaited on its ``aclose``).
     """
 
     def __init__(
@@ -69,6 +69,12 @@ class DropLog:
         self._created = False
         self._callbacks: list[Invalidated] = []
         self._poller: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def pending(self) -> bool:
+        """Someone subscribed and the reading has not started: the next call on a loop starts it."""
+        return self._poller is None and bool(self._callbacks) and not self._closed
 
     async def record(self, key: bytes | None) -> None:
         """Log that ``key`` (``None``: every entry) was dropped here.
@@ -84,8 +90,9 @@ class DropLog:
     def subscribe(self, callback: Invalidated) -> Callable[[], None]:
         """Have ``callback(key)`` awaited for every drop logged from now on, by any process.
 
-        Must be called on the store's event loop, or before any (the reading
-        starts with the next one that uses the store: see ``start``).
+        The reading starts now when an asyncio loop runs, else with the
+        store's next call on one (``pending``). Under trio nothing reads the
+        log: copies there last up to the tier's ``l1_ttl``.
         """
         self._callbacks.append(callback)
         self.start()
@@ -98,13 +105,22 @@ class DropLog:
 
     def start(self) -> None:
         """Start reading the log, if anyone subscribed and a loop runs."""
-        if self._poller is not None or not self._callbacks:
+        if not self.pending:
             return
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return  # no loop yet: the store's first call on one starts it
-        self._poller = self._spawn(self._poll(), daemon=True)
+            return  # no asyncio loop (none yet, or trio)
+        self._poller = self._spawn(self._poll())
+
+    async def aclose(self) -> None:
+        """Stop reading the log (before the store awaits its tasks)."""
+        self._closed = True
+        poller, self._poller = self._poller, None
+        if poller is not None and not poller.done():
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
 
     async def _create(self) -> None:
         if not self._created:
