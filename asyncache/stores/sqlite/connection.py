@@ -35,7 +35,6 @@ import anyio.to_thread
 
 from ...errors import StoreError
 from .schema import MEMORY, file_identity, open_database, open_reader
-from .sql import numbered
 from .threads import Connection
 
 __all__ = ["CHECK_EVERY", "Database"]
@@ -160,7 +159,7 @@ class Database:
         """
         db = await self.write_connection()
         try:
-            rows: Any = await db.execute_fetchall(statement, numbered(params))
+            rows: Any = await db.execute_fetchall(statement, params)
         except sqlite3.Error as exc:
             return await self.again(exc, self.write_connection, statement, params)
         return rows  # type: ignore[no-any-return]
@@ -173,7 +172,7 @@ class Database:
         """
         db = self.ready_reader() or await self.read_connection()
         try:
-            rows: Any = await db.execute_fetchall(statement, numbered(params))
+            rows: Any = await db.execute_fetchall(statement, params)
         except sqlite3.Error as exc:
             return await self.again(exc, self.read_connection, statement, params)
         return rows  # type: ignore[no-any-return]
@@ -197,7 +196,7 @@ class Database:
             raise StoreError(self._message(exc)) from exc
         db = await connection()
         try:
-            rows: Any = await db.execute_fetchall(statement, numbered(params))
+            rows: Any = await db.execute_fetchall(statement, params)
         except sqlite3.Error as retried:
             raise self.error(retried) from retried
         return rows  # type: ignore[no-any-return]

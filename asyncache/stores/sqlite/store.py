@@ -39,7 +39,6 @@ from .sql import (
     GET_ONE,
     RENEW,
     insert_many,
-    numbered,
     select_many,
     storable_expiry,
 )
@@ -208,7 +207,7 @@ class SQLiteStore:
                 self.read_queries += 1
                 params = (key, time.time())
                 try:
-                    rows: Any = await db.execute_fetchall(GET_ONE, numbered(params))
+                    rows: Any = await db.execute_fetchall(GET_ONE, params)
                 except sqlite3.Error as exc:
                     rows = await database.again(exc, database.read_connection, GET_ONE, params)
             finally:
