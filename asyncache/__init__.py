@@ -13,7 +13,9 @@ from .codec import Decoded
 from .decorator import (
     BatchedPrediction,
     BoundPrediction,
+    BoundStream,
     CachedPrediction,
+    CachedStream,
     MethodWarning,
     cached_prediction,
 )
@@ -65,7 +67,9 @@ __all__ = [
     "AsyncacheError",
     "BatchedPrediction",
     "BoundPrediction",
+    "BoundStream",
     "CachedPrediction",
+    "CachedStream",
     "ConfigurationError",
     "DecisionCache",
     "DecisionStore",

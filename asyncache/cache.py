@@ -93,8 +93,16 @@ class DecisionCache:
         leases: take a lease in the shared store before computing a miss, so
             that a fleet computes each key once (needs a ``LeaseStore``:
             SQLiteStore, RedisStore, or a tier over one).
-        lease_ttl: seconds a lease lives; above the slowest computation. A
-            waiter takes over a lease that expired without a decision.
+        lease_ttl: seconds a lease lives unless renewed. Its owner renews it
+            every third of that while the model runs, however long that is;
+            a dead owner's lease ends within it and a waiter takes over.
+        store_wait: with leases, seconds a miss keeps trying to reach a
+            store that fails before it computes without a lease. ``0`` (the
+            default) fails open: compute at once, so an answer is always
+            there, and replicas may each compute (and answer differently)
+            while the store is down. A bound above a failover's length
+            (several seconds for a Redis Cluster primary) makes the fleet
+            wait for the store and give one answer through it.
         audit_rate: share of hits (0 to 1) recomputed in the background and
             compared with what was served.
         audit: ``audit(stored, fresh)`` is True when two decisions agree;
@@ -133,6 +141,8 @@ class DecisionCache:
     store_timeout: _Forwarded[float | None] = _Forwarded("guard")
     failure_threshold: _Forwarded[int] = _Forwarded("guard")
     failure_cooldown: _Forwarded[float] = _Forwarded("guard")
+    store_wait: _Forwarded[float] = _Forwarded()
+    """Seconds a miss keeps trying an unreachable store before computing (with leases)."""
 
     def __init__(
         self,
@@ -154,7 +164,8 @@ class DecisionCache:
         failure_cooldown: float = 10.0,
         max_background: int = 64,
         leases: bool = False,
-        lease_ttl: float = 10.0,
+        lease_ttl: float = 1.0,
+        store_wait: float | None = 0.0,
         audit_rate: float = 0.0,
         audit: Compare | None = None,
         on_mismatch: MismatchHook | None = None,
@@ -171,6 +182,9 @@ class DecisionCache:
             raise ValueError("max_decoded_bytes must be positive or None")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        store_wait = 0.0 if store_wait is None else float(store_wait)
+        if not 0.0 <= store_wait < float("inf"):
+            raise ValueError(f"store_wait must be zero or a positive number, got {store_wait!r}")
         if not 0.0 <= audit_rate <= 1.0:
             raise ValueError(f"audit_rate must be between 0 and 1, got {audit_rate!r}")
         chosen: DecisionStore = MemoryStore() if store is None else store
@@ -219,6 +233,7 @@ class DecisionCache:
             self.engine.sampler = auditor if audit_rate > 0 and mode != "replay" else None
         self.leases = leases
         self.lease_ttl = lease_ttl
+        self.store_wait = store_wait
         self.use_store(chosen)
 
     @property

@@ -35,7 +35,18 @@ class AsyncacheError(Exception):
 
 
 class StoreError(AsyncacheError):
-    """A store could not complete an operation."""
+    """A store could not complete an operation.
+
+    Attributes:
+        shard: the part of the store that failed (a Redis Cluster node's
+            ``host:port``), when the store can name one and the rest of it
+            still works; ``None`` when the failure may be the whole store's.
+            The engine's guard keeps the rest of the store in use.
+    """
+
+    def __init__(self, *args: object, shard: str | None = None) -> None:
+        super().__init__(*args)
+        self.shard = shard
 
 
 class SchemaVersionError(StoreError):

@@ -37,6 +37,8 @@ COUNTER_MEANINGS: dict[str, str] = {
     "shadow_agreed": "Shadow-mode would-be hits that agreed with the fresh decision.",
     "shadow_mismatched": "Shadow-mode would-be hits that disagreed with the fresh decision.",
     "compute_seconds_saved": "Compute seconds hits saved (each hit adds its entry's compute time).",
+    "streams": "Calls of streamed predictions (async generators), hits and misses alike.",
+    "stream_chunks": "Chunks streamed to callers' flights or replayed from the store.",
     "in_flight": "Computations running now.",
     "hit_rate": "hits / (hits + misses) since the last reset.",
 }
@@ -67,6 +69,8 @@ _COUNTERS = (
     "shadow_would_hit",
     "shadow_agreed",
     "shadow_mismatched",
+    "streams",
+    "stream_chunks",
 )
 
 
@@ -101,6 +105,8 @@ class CacheStats:
     shadow_would_hit: int
     shadow_agreed: int
     shadow_mismatched: int
+    streams: int
+    stream_chunks: int
     compute_seconds_saved: float
     lease_wait_seconds: float
 

@@ -42,9 +42,10 @@ REPLICA = os.environ.get("FLEET_REPLICA", "r?")
 MODEL_SECONDS = float(os.environ.get("FLEET_MODEL_MS", "20")) / 1000
 RUNS = os.environ["FLEET_RUNS"]
 
-# The settings a fleet would pick: leases on (one run per fleet), a store
-# timeout far under the request's, and what the harness adds.
-SETTINGS: dict[str, Any] = {"leases": True, "lease_ttl": 10.0, "store_timeout": 1.0}
+# The settings a fleet would pick: leases on (one run per fleet; their ttl the
+# default, renewed by their owner), a store timeout far under the request's, and
+# what the harness adds (--cache-option: store_wait, the waiting mode).
+SETTINGS: dict[str, Any] = {"leases": True, "store_timeout": 1.0}
 SETTINGS.update(json.loads(os.environ.get("FLEET_CACHE_OPTIONS", "{}")))
 
 cache = DecisionCache(open_store(os.environ["FLEET_STORE"]), namespace="fleet", **SETTINGS)

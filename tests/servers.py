@@ -272,10 +272,11 @@ def start_cluster(
     masters: int = 3,
     replicas: int = 0,
     node_timeout_ms: int = 5000,
+    extra_args: Sequence[str] = (),
     timeout: float = 60.0,
 ) -> RedisCluster:
-    """Start ``masters`` cluster-enabled servers (and ``replicas`` replicas of each), join
-    them with ``redis-cli --cluster create``.
+    """Start ``masters`` cluster-enabled servers (and ``replicas`` replicas of each), join them
+    with ``redis-cli --cluster create``.
 
     Returns once every node reports ``cluster_state:ok`` and knows every other
     node, and every replica's link to its primary is up.
@@ -283,9 +284,16 @@ def start_cluster(
     Raises:
         RuntimeError: a node did not start or the cluster did not converge in time.
     """
+    count = masters * (1 + replicas)
     nodes = [
-        RedisServer(server_binary, workdir, cluster=True, node_timeout_ms=node_timeout_ms)
-        for _ in range(masters * (1 + replicas))
+        RedisServer(
+            server_binary,
+            workdir,
+            cluster=True,
+            node_timeout_ms=node_timeout_ms,
+            extra_args=extra_args,
+        )
+        for _ in range(count)
     ]
     cluster = RedisCluster(nodes)
     try:
@@ -313,7 +321,7 @@ def start_cluster(
                 + created.stderr.decode(errors="replace")
             )
         deadline = time.monotonic() + timeout
-        while not all(_cluster_ready(node.port, len(nodes)) for node in nodes):
+        while not all(_cluster_ready(node.port, count) for node in nodes):
             if time.monotonic() > deadline:
                 raise RuntimeError("the redis cluster did not reach cluster_state:ok")
             time.sleep(0.05)

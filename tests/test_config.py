@@ -88,10 +88,17 @@ def test_unset_variables_take_their_defaults() -> None:
         "secret": None,
         "max_entry_bytes": 1048576,
         "store_timeout": 1.0,
+        "store_wait": 0.0,
         "coalesce": True,
         "coalesce_timeout": 300.0,
         "mode": "live",
     }
+
+
+def test_store_wait_is_read_and_reaches_the_cache() -> None:
+    cache = DecisionCache.from_env({"ASYNCACHE_STORE_WAIT": "7.5"})
+    assert cache.store_wait == 7.5
+    assert DecisionCache.from_env({}).store_wait == 0.0
 
 
 @pytest.mark.parametrize(

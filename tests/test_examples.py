@@ -118,14 +118,15 @@ CHECKS: dict[str, Check] = {
         stdout=(
             r"^fastapi: miss refund$",
             r"^fastapi: hit refund$",
+            r"^stats route without a token: 403$",
             r"^stats route: hits 1$",
             r"^tenant acme: miss$",
             r"^tenant acme: hit$",
             r"^tenant globex: miss$",
             r"^tenant mallory: bypass$",
             r"^fallback answers are not stored: \['miss', 'miss'\]$",
-            r"^starlette endpoint: 200 no-store$",
-            r"^fastapi endpoint: 200 no-store$",
+            r"^starlette endpoint: 403 200 no-store$",
+            r"^fastapi endpoint: 403 200 no-store$",
         ),
         needs_modules=("fastapi", "httpx"),
     ),
@@ -220,6 +221,16 @@ CHECKS: dict[str, Check] = {
             r"^model runs for 3 identical calls: 0$",
             r"^entries in the store: 1$",
         ),
+    ),
+    "streams.py": Check(
+        stdout=(
+            r"^leader:   'you asked: why cache streams '$",
+            r"^follower: 'you asked: why cache streams '$",
+            r"^follower's first token before the leader's last: True$",
+            r"^hit: \['you ', 'asked: ', 'why ', 'cache ', 'streams '\]$",
+            r"^model runs: 1$",
+            r"^\{'hits': 1, 'misses': 2, 'coalesced': 1, 'stores': 1, 'streams': 3\}$",
+        )
     ),
     "coalescing.py": Check(
         stdout=(

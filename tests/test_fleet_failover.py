@@ -4,7 +4,7 @@ killed under load (``benchmarks/fleet_watch.py --quick``).
 Asserted: no client request fails while the primary is lost and its replica
 promoted, every answer came back, and the run saw the promotion. Disagreements
 (an input answered differently by two runs) are asserted to be 0 only in the
-mode that waits for the store (``--cache-option``, when the cache has one);
+mode that waits for the store (``store_wait``, passed with ``--cache-option``);
 in the default ``fail_open`` they are reported, not asserted: a replica that
 cannot reach the store computes, as documented.
 """
@@ -32,8 +32,9 @@ def _waiting_mode() -> list[str]:
     import inspect
 
     parameters = inspect.signature(DecisionCache).parameters
-    if "consistency" in parameters:
-        return ["--cache-option", 'consistency="wait"']
+    if "store_wait" in parameters:
+        # Above a primary's failover here (3 s node timeout, then the election).
+        return ["--cache-option", "store_wait=10"]
     return []
 
 

@@ -49,7 +49,7 @@ from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
-from ._guard import StoreGuard
+from ._guard import StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
 
@@ -59,6 +59,7 @@ __all__ = [
     "Engine",
     "Fingerprint",
     "FlightObserver",
+    "Fresh",
     "LeaseAttempt",
     "Leasing",
     "Mode",
@@ -100,9 +101,34 @@ class Unshared(Generic[T]):
         self.value = value
 
 
+class Fresh(Generic[T]):
+    """A result that says how long it stays fresh: stored for at most ``seconds``.
+
+    A ``compute`` returns one when what it produced carries its own lifetime
+    (the middleware's response with ``Cache-Control: max-age`` or
+    ``Expires``). The entry's ttl is the smaller of the cache's and
+    ``seconds``, and a hit never renews it: a renewal would serve it past the
+    lifetime it gave. ``seconds <= 0`` stores nothing.
+    """
+
+    __slots__ = ("seconds", "value")
+
+    def __init__(self, value: T, seconds: float) -> None:
+        self.value = value
+        self.seconds = seconds
+
+
 def unwrap(result: Any) -> Any:
-    """The value a compute produced, whether or not it came as ``Unshared``."""
-    return result.value if type(result) is Unshared else result
+    """The value a compute produced, whether or not it came as ``Unshared`` or ``Fresh``."""
+    kind = type(result)
+    return result.value if kind is Unshared or kind is Fresh else result
+
+
+def lifetime(result: Any) -> tuple[Any, float | None]:
+    """A computed result and the lifetime it gave (``Fresh``), or ``None``."""
+    if type(result) is Fresh:
+        return result.value, result.seconds
+    return result, None
 
 
 class Engine:
@@ -141,6 +167,8 @@ class Engine:
         self.mode: Mode = "live"
         self.coalesce = True
         self.coalesce_timeout: float | None = 300.0
+        # With leases: seconds a miss keeps trying a store that fails before computing.
+        self.store_wait = 0.0
         self.ttl: float | TtlHook | None = None
         self.admit: AdmitHook | None = None
         self.renew_on_hit = False
@@ -271,6 +299,7 @@ class Engine:
         Raises:
             ReplayMiss: in replay, a corrupt entry (left as it was).
         """
+        new_request()
         entry = await self.store_get(key)
         if entry is None:
             return None
@@ -305,6 +334,7 @@ class Engine:
                 middleware audits only routes that say they may be re-run).
             source: told where the answer came from when ``compute`` did not run.
         """
+        new_request()
         mode = self.mode
         if mode != "live" and mode != "replay":
             return await self._unserved(mode, key, compute, inputs)  # type: ignore[no-any-return]
@@ -391,9 +421,7 @@ class Engine:
             return await self.compute(key, compute, inputs, source)
         flight = self.flights.get(key)
         if flight is None:
-            flight = self.flights.claim(key)
-            flight.stream = stream
-            self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+            flight = self.take_off(key, compute, inputs, source=source, stream=stream)
             if flight.task is not None:  # asyncio (a trio flight has no task)
                 # The flight's first step runs just before this caller's next: a model that
                 # answers without suspending has landed by then, a loop turn sooner than a
@@ -404,6 +432,27 @@ class Engine:
             return flight.outcome()  # type: ignore[no-any-return]
         self.stats.coalesced += 1
         return await self._follow(key, flight, compute, inputs, source, stream)
+
+    def take_off(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any = None,
+        *,
+        source: Source | None = None,
+        stream: Any = None,
+    ) -> Flight[Any]:
+        """Claim ``key``'s flight (no flight may be running for it) and launch its computation.
+
+        Synchronous: a caller that runs next finds the flight (and its ``stream``),
+        though the computation has not started yet. ``miss`` takes off this way; a
+        door that must be found before it first awaits (the stream door) calls it
+        itself, counts its miss, and waits for ``flight.done``.
+        """
+        flight = self.flights.claim(key)
+        flight.stream = stream
+        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+        return flight
 
     def streaming(self, key: bytes) -> Flight[Any] | None:
         """The flight of ``key`` if its pieces can still be read live by one more caller.
@@ -543,7 +592,11 @@ class Engine:
         if isinstance(result, Unshared):
             self.stats.not_admitted += 1
             return result.value, False
-        return await self.store_result(key, result, inputs=inputs, compute_seconds=seconds), True
+        result, fresh_for = lifetime(result)
+        stored = await self.store_result(
+            key, result, inputs=inputs, compute_seconds=seconds, fresh_for=fresh_for
+        )
+        return stored, True
 
     async def record_result(
         self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
@@ -560,7 +613,8 @@ class Engine:
         if isinstance(result, Unshared):
             self.stats.not_admitted += 1
             return result.value
-        prepared = self.prepare(key, result, inputs, seconds)
+        result, fresh_for = lifetime(result)
+        prepared = self.prepare(key, result, inputs, seconds, fresh_for)
         if prepared is None:
             return result
         value, expires_at = prepared
@@ -633,15 +687,22 @@ class Engine:
         return result, seconds
 
     async def store_result(
-        self, key: bytes, result: T, *, inputs: Any = None, compute_seconds: float = 0.0
+        self,
+        key: bytes,
+        result: T,
+        *,
+        inputs: Any = None,
+        compute_seconds: float = 0.0,
+        fresh_for: float | None = None,
     ) -> T:
         """Admit, encode and add ``result``; return the decision that won.
 
         The returned value is decoded from what the store kept, so a miss and a
         later hit give equal values of the same types. A result that is not
         kept (ttl, ``admit``, size, encoding, store failure) is returned as is.
+        ``fresh_for`` caps the ttl (``Fresh``).
         """
-        prepared = self.prepare(key, result, inputs, compute_seconds)
+        prepared = self.prepare(key, result, inputs, compute_seconds, fresh_for)
         if prepared is None:
             return result
         value, expires_at = prepared
@@ -649,9 +710,17 @@ class Engine:
         return self.winner(key, value, entry, result)  # type: ignore[no-any-return]
 
     def prepare(
-        self, key: bytes, result: Any, inputs: Any, compute_seconds: float
+        self,
+        key: bytes,
+        result: Any,
+        inputs: Any,
+        compute_seconds: float,
+        fresh_for: float | None = None,
     ) -> tuple[bytes, float | None] | None:
         """Encode ``result`` for the store, or ``None`` when it must not be kept.
+
+        ``fresh_for`` (the result's own lifetime, ``Fresh``) caps the ttl, and
+        the envelope then carries no ttl, so that no hit renews the entry.
 
         Raises:
             StoreError: in record mode, a result that cannot be stored (it does
@@ -665,6 +734,8 @@ class Engine:
                 ttl = ttl(inputs, result)
             if ttl == math.inf:
                 ttl = None  # the same "no expiry" on every store
+            if fresh_for is not None and (ttl is None or not fresh_for >= ttl):
+                ttl = fresh_for  # NaN too: refused below
             if (ttl is not None and not ttl > 0) or (  # NaN too
                 self.admit is not None and self.admit(inputs, result) is False
             ):
@@ -679,7 +750,7 @@ class Engine:
         try:
             value = encode(
                 result,
-                ttl=ttl,
+                ttl=ttl if fresh_for is None else None,
                 created_at=now,
                 compute_seconds=compute_seconds,
                 key=key,
@@ -809,6 +880,8 @@ class Engine:
             if mine:
                 await asyncio.gather(*mine, return_exceptions=True)
         await self.flights.aclose()
+        if self.leases is not None:
+            await self.leases.aclose()
 
 
 # The inputs of a call the caller cannot name (a corrupt entry found by key alone).
@@ -903,4 +976,8 @@ class Leasing(Protocol):
 
     async def finish(self, key: bytes, token: bytes | None) -> None:
         """Release a lease ``begin`` took."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop renewing the leases still held."""
         ...

@@ -24,6 +24,7 @@ from ..codec import Decoded
 from ..errors import DecodeError
 from ..stores.protocol import Entry
 from ._flights import Flight, copy_for_caller
+from ._guard import new_request
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -40,6 +41,7 @@ async def get_or_compute_many(
     inputs: Sequence[Any] | None = None,
 ) -> list[Any]:
     """``DecisionCache.get_or_compute_many``: see there."""
+    new_request()
     count = len(keys)
     item_inputs: Sequence[Any] = inputs if inputs is not None else [None] * count
     stats = engine.stats

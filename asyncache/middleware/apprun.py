@@ -8,10 +8,12 @@ whose client left cuts the run short for the requests that share it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from ..engine import Broadcast, Unshared, cancelled, is_cancellation, new_event, spawn
+from ..engine import Broadcast, Fresh, Unshared, cancelled, is_cancellation, new_event, spawn
 from .capture import ResponseCapture, response_broadcast
+from .freshness import freshness
 from .response import StoredResponse, invalid_reason, to_value
 from .settings import ExchangeSettings
 from .types import Message, Receive, Scope
@@ -29,9 +31,20 @@ class AppRunner:
         key: the request's key.
         inputs: the canonical request.
         body: the request body, for an audit's run of the app.
+        route: the route, whose typical run a storable answer times (``RunTimes``).
     """
 
-    __slots__ = ("app", "body", "broadcast", "inputs", "key", "receive", "scope", "settings")
+    __slots__ = (
+        "app",
+        "body",
+        "broadcast",
+        "inputs",
+        "key",
+        "receive",
+        "route",
+        "scope",
+        "settings",
+    )
 
     def __init__(
         self,
@@ -41,8 +54,10 @@ class AppRunner:
         key: bytes,
         inputs: list[Any],
         body: bytes,
+        route: str = "",
     ) -> None:
         self.settings = settings
+        self.route = route
         self.scope = scope
         self.receive = receive
         self.key = key
@@ -63,6 +78,7 @@ class AppRunner:
         broadcast = self.broadcast
         assert broadcast is not None
         settings.stats.outcomes["miss"] += 1
+        started = time.perf_counter()
         self.app = run = AppRun()
         capture = settings.capture(broadcast, self.scope, self._finish)
         receive = LeaderReceive(self.receive, broadcast)
@@ -76,6 +92,9 @@ class AppRunner:
             raise
         if run.response_error is not None:
             raise run.response_error
+        if type(run.value) is not Unshared:
+            # A run whose answer followers could have had: what they may wait for.
+            settings.run_times.ran(self.route, time.perf_counter() - started)
         return run.value
 
     async def _run_app(
@@ -109,13 +128,22 @@ class AppRunner:
             run.settle(Unshared(None))
             return
         head = self.inputs[0] == "HEAD"
-        value = to_value(response, self.settings.headers.names, head=head)
+        now = time.time()
+        left, age = freshness(response.headers, now)
+        # Only a response that says how old it is or how long it lives keeps when it was
+        # born (its hits then say their Age): a value that changes with time on every run
+        # would make each audit and shadow comparison a mismatch.
+        aged = left is not None or age > 0
+        value = to_value(
+            response, self.settings.headers.names, head=head, born=now - age if aged else None
+        )
         invalid = invalid_reason(value, head=head)
         if invalid is not None:
             stats.not_admitted(f"invalid_{invalid}")
             run.settle(Unshared(None))
             return
-        run.settle(value)
+        # A response that gives its own lifetime is kept for what is left of it.
+        run.settle(value if left is None else Fresh(value, left))
 
     async def recompute(self) -> Any:
         """Run the app again in the background for an audit; its response goes nowhere.

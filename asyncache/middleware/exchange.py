@@ -17,11 +17,15 @@ the leader included, sends its messages to its own client as they come. So:
 
 - followers of a shareable response get each chunk as the app sends it, and
   what was admitted is stored once the response is complete;
-- followers of a response that may not be shared (its start message says it
-  is private) are released at once and run the app on their own;
-- followers of a failed run (an exception, a ``5xx``) share its outcome,
-  which is not stored; followers of a run that ended before its start
-  message elect one new leader.
+- followers of a response the cache would not store (its start message says
+  it is private, a ``5xx``, too large, stale) are released at once and run
+  the app on their own, and so are the followers of a run that raised before
+  its start message: one client's failure (its quota, its throttling) is never
+  handed to another;
+- a follower whose run has not started its answer within ``RunTimes.wait``
+  (a few times the route's typical run, or ``follower_timeout``) runs the app
+  on its own;
+- followers of a run that ended before its start message elect one new leader.
 
 The leader's request ends when the app does (its background work runs after
 the response); a follower's when its response is sent.
@@ -72,6 +76,7 @@ class Exchange:
         key: the request's key.
         head: what its headers say (for the canonical request, made on a miss only).
         body: the request body (the same, and for an audit's run of the app).
+        route: the route it matched (whose runs time a follower's wait).
     """
 
     __slots__ = (
@@ -81,6 +86,7 @@ class Exchange:
         "joined",
         "key",
         "receive",
+        "route",
         "runner",
         "scope",
         "send",
@@ -97,8 +103,10 @@ class Exchange:
         key: bytes,
         head: RequestHead,
         body: bytes,
+        route: str = "",
     ) -> None:
         self.settings = settings
+        self.route = route
         self.scope = scope
         self.receive = receive
         self.send = send
@@ -154,7 +162,13 @@ class Exchange:
     def _runner(self) -> AppRunner:
         if self.runner is None:
             self.runner = AppRunner(
-                self.settings, self.scope, self.receive, self.key, self.inputs_made(), self.body
+                self.settings,
+                self.scope,
+                self.receive,
+                self.key,
+                self.inputs_made(),
+                self.body,
+                self.route,
             )
         return self.runner
 
@@ -219,7 +233,8 @@ class Exchange:
             self.joined = True
             engine.joined(flight)
         try:
-            if not await wait_for(broadcast.decided, engine.coalesce_timeout):
+            wait = settings.run_times.wait(self.route, engine.coalesce_timeout)
+            if not await wait_for(broadcast.decided, wait):
                 broadcast.leave(reader)
                 engine.stats.coalesce_timeouts += 1
                 await self.lead(None, listed=False)
@@ -239,14 +254,12 @@ class Exchange:
                 if broadcast.error is not None and not broadcast.complete:
                     raise error_for_caller(broadcast.error, broadcast.traceback)
                 return True
-            if broadcast.ran:
-                # Released: the response belongs to the leader's client alone.
+            if broadcast.ran or broadcast.error is not None:
+                # Released: the response (or the failure) belongs to the leader's client
+                # alone; this request's own run may well succeed.
                 broadcast.leave(reader)
                 await self.lead(None, listed=False)
                 return True
-            if broadcast.error is not None:
-                settings.stats.outcomes["shared"] += 1
-                raise error_for_caller(broadcast.error, broadcast.traceback)
             return False
         finally:
             broadcast.leave(reader)

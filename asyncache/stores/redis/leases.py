@@ -1,11 +1,12 @@
 """RedisStore's leases: one key per key being computed, and a channel announcing releases.
 
 A lease is ``<prefix>lease:<key>`` holding ``<ms>:<token>`` for ``ms``
-milliseconds, set by a script (``ACQUIRE``) unless a live lease holds the key;
-releasing it is a compare-and-delete script that also publishes the key on
-``<prefix>lease:released``. A lease is live only while its time left is within
-the ttl written in it (``layout.lease_is_live``), whatever wrote the key: one
-without an expiry would otherwise keep every waiter until ``coalesce_timeout``.
+milliseconds, taken (or renewed by its holder) by a script (``ACQUIRE``) unless
+another token's live lease holds the key; releasing it is a compare-and-delete
+script that also publishes the key on ``<prefix>lease:released``. A lease is
+live only while its time left is within the ttl written in it
+(``layout.lease_is_live``), whatever wrote the key: one without an expiry would
+otherwise keep every waiter until ``coalesce_timeout``.
 
 Waiters are woken by the release message through the store's subscription on
 their event loop (``channels.Listener``), and poll with backoff too, for a lost
@@ -69,11 +70,14 @@ class LeaseKeys:
         self.closed = False
 
     async def acquire(self, key: bytes, token: bytes, ttl: float) -> bool:
-        """Take the lease on ``key`` for ``ttl`` seconds unless another holds it."""
+        """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it.
+
+        The holder's own token renews it for ``ttl`` from now.
+        """
         ms = max(1, math.ceil(ttl * 1000))
         async with self.gate:
             taken = await self.acquire_script(
-                keys=[self.lease_prefix + key], args=[lease_value(token, ms), ms]
+                keys=[self.lease_prefix + key], args=[lease_value(token, ms), ms, token]
             )
         return bool(taken)
 

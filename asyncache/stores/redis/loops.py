@@ -34,6 +34,7 @@ from .channels import Handler, Invalidations, Listener
 from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
 from .leases import LeaseKeys
+from .nodes import NodeHealth, read_per_node
 from .scripts import DELETE, RENEW, REPLACE
 from .url import Client
 
@@ -104,6 +105,8 @@ class Settings(NamedTuple):
     pool_timeout: float | None
     invalidations: Invalidations
     counters: dict[str, int]
+    nodes: NodeHealth
+    """A cluster's health per node, shared by every loop."""
 
 
 def copy_client(client: Client) -> Client:
@@ -155,8 +158,15 @@ class Bound:
         prepare = client.initialize if isinstance(client, RedisCluster) else None
         self.gate = Gate(settings.max_in_flight, settings.pool_timeout, prepare)
         self.execute: Callable[..., Any] = client.execute_command
+        self.nodes = settings.nodes
+        self.node_timeout: float | None = (
+            client.connection_kwargs.get("socket_timeout")
+            if isinstance(client, RedisCluster)
+            else None
+        )
+        """Seconds one cluster node's share of a read may take (the client's ``socket_timeout``)."""
         self.reads: Batcher[bytes, bytes | None] = Batcher(self.gate, self._get_batch)
-        """Concurrent ``get``s, sent as one ``MGET`` (one per hash slot on a cluster)."""
+        """Concurrent ``get``s, sent as one ``MGET`` (one per node, per hash slot, on a cluster)."""
         self.adds: Batcher[Command, bytes | None] = Batcher(self.gate, self._add_batch)
         """Concurrent ``add``s, sent as one pipeline of ``SET NX GET``."""
         # Lone gets go over a connection of their own when the store owns the client and
@@ -231,11 +241,17 @@ class Bound:
         await connection.send_command("GET", name)
         return await connection.read_response()  # type: ignore[no-any-return]
 
-    async def _get_batch(self, names: list[bytes]) -> list[bytes | None]:
+    async def read_nodes(self, names: list[bytes]) -> list[bytes | StoreError | None]:
+        """A cluster's ``MGET`` of ``names``, node by node (``nodes``): each node fails alone."""
+        assert isinstance(self.client, RedisCluster)
+        return await read_per_node(self.client, names, self.node_timeout, self.nodes)
+
+    async def _get_batch(self, names: list[bytes]) -> list[bytes | StoreError | None]:
         # A hot key asked for by many callers at once is read once.
         unique = list(dict.fromkeys(names))
-        if isinstance(self.client, RedisCluster):
-            raws = await self.client.mget_nonatomic(unique)
+        raws: list[bytes | StoreError | None]
+        if self.cluster:
+            raws = await self.read_nodes(unique)
         else:
             raws = await self.execute("MGET", *unique)
         if len(unique) == len(names):

@@ -45,19 +45,22 @@ ARGV: the old stored bytes, the new ones, the new PXAT in ms (``""`` for none).
 ACQUIRE = """
 local held = redis.call('GET', KEYS[1])
 if held then
-  local bound = tonumber(string.match(held, '^(%d+):'))
+  local bound, holder = string.match(held, '^(%d+):(.*)$')
   local left = redis.call('PTTL', KEYS[1])
-  if bound and left > 0 and left <= bound then return 0 end
+  if bound and left > 0 and left <= tonumber(bound) and holder ~= ARGV[3] then return 0 end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
-"""Take a lease unless a live one holds the key; a lease is ``<ttl ms>:<token>``.
+"""Take a lease unless a live one of another token holds the key, or renew one this
+token holds; a lease is ``<ttl ms>:<token>``.
 
-A lease is live only while Redis's expiry is within the ttl written in it
-(``layout.lease_is_live``): one without an expiry, or with a longer one, or
-a value that is no lease at all (written by something else) is dead and taken.
-ARGV: the lease's value, its ttl in ms.
+The owner of a lease renews it while it computes, so that the lease can be
+short: a dead owner's lease ends soon, a live one's never. A lease is live
+only while Redis's expiry is within the ttl written in it
+(``layout.lease_is_live``): one without an expiry, or with a longer one, or a
+value that is no lease at all (written by something else) is dead and taken.
+ARGV: the lease's value, its ttl in ms, the token.
 """
 
 RELEASE = """
