@@ -323,7 +323,10 @@ def _fault(fleet: Fleet, kind: str, log: list[dict[str, Any]], start_at: float) 
         while port in fleet.primaries() and time.monotonic() < deadline:
             time.sleep(0.1)
         log[-1]["promoted_after"] = round(time.time() - start_at - at, 2)
-        node.start()
+        if fleet.args.restart_killed:
+            # Empty (no persistence): until the cluster makes it a replica, clients
+            # that still route its old slots to it read nothing there.
+            node.start()
     elif kind == "stall":
         os.kill(node.process.pid, signal.SIGSTOP)
         log.append({"fault": "SIGSTOP primary 5 s", "at": at, "port": port, "slots": slots})
@@ -542,6 +545,11 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="NAME=JSON",
         help="a DecisionCache setting for every replica (repeatable)",
+    )
+    parser.add_argument(
+        "--restart-killed",
+        action="store_true",
+        help="start a killed primary again once its replica is promoted (it comes back empty)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     # A load process's options (the script runs itself once per --clients).
