@@ -53,6 +53,9 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("models", "Models: MiniLM misses and hits, batching, offload"),
     ("backend_sharing", "One cache for every backend"),
     ("fleet", "Fleet: a hot-key burst across processes, leases off and on"),
+    ("fleet_watch", "A fleet you can watch: replicas behind HAProxy through Redis faults"),
+    ("capacity", "Capacity: what a decision costs Redis and SQLite"),
+    ("load_client", "The demo's load client beside wrk, on one server's hits"),
     ("faults", "Faults: a stalled cluster primary, a killed lease owner"),
     ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
 )

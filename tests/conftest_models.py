@@ -34,7 +34,7 @@ MODEL_MODULES = (
 def require_model_stack() -> None:
     """Skip (fail under ``CI=true``) unless everything the MiniLM backends need is installed."""
     missing = [name for name in MODEL_MODULES if importlib.util.find_spec(name) is None]
-    require(not missing, f"the MiniLM model needs {', '.join(missing)}")
+    require(not missing, f"the MiniLM model needs {', '.join(missing)}", torch=True)
 
 
 @pytest.fixture(scope="session")

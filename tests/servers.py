@@ -102,6 +102,8 @@ class RedisServer:
         workdir: where its log (and a cluster node's config) live.
         port: the port; a free one when omitted.
         cluster: start it with ``--cluster-enabled yes`` (its bus on another free port).
+        node_timeout_ms: a cluster node's ``cluster-node-timeout``: how long a
+            primary may be unreachable before its replica is promoted.
         extra_args: more ``redis-server`` arguments.
     """
 
@@ -112,12 +114,14 @@ class RedisServer:
         *,
         port: int | None = None,
         cluster: bool = False,
+        node_timeout_ms: int = 5000,
         extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary
         self.port = port if port is not None else free_port()
         self.workdir = workdir
         self.cluster = cluster
+        self.node_timeout_ms = node_timeout_ms
         self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"redis-{self.port}.log"
@@ -160,7 +164,7 @@ class RedisServer:
                 "--cluster-port",
                 str(self.bus_port),
                 "--cluster-node-timeout",
-                "5000",
+                str(self.node_timeout_ms),
             ]
         return args + list(self.extra_args)
 
@@ -224,10 +228,31 @@ class RedisServer:
 
 
 class RedisCluster:
-    """Redis Cluster masters started by ``start_cluster``."""
+    """Redis Cluster nodes started by ``start_cluster`` (masters, then their replicas)."""
 
     def __init__(self, nodes: list[RedisServer]) -> None:
         self.nodes = nodes
+
+    def node(self, port: int) -> RedisServer:
+        """The node listening on ``port``."""
+        return next(node for node in self.nodes if node.port == port)
+
+    def primaries(self) -> list[int]:
+        """The ports of the nodes that are primaries now (as a running node sees it)."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            try:
+                listing = send_command(node.port, "CLUSTER", "NODES", timeout=2.0).decode()
+            except (OSError, RuntimeError):
+                continue
+            ports = []
+            for line in listing.splitlines():
+                fields = line.split()
+                if len(fields) > 2 and "master" in fields[2] and "fail" not in fields[2]:
+                    ports.append(int(fields[1].split("@")[0].rsplit(":", 1)[1]))
+            return sorted(ports)
+        return []
 
     @property
     def url(self) -> str:
@@ -246,20 +271,28 @@ def start_cluster(
     *,
     masters: int = 3,
     replicas: int = 0,
+    node_timeout_ms: int = 5000,
     extra_args: Sequence[str] = (),
     timeout: float = 60.0,
 ) -> RedisCluster:
     """Start ``masters`` cluster-enabled servers (and ``replicas`` replicas of each), join them
     with ``redis-cli --cluster create``.
 
-    Returns once every node reports ``cluster_state:ok`` and knows every other node.
+    Returns once every node reports ``cluster_state:ok`` and knows every other
+    node, and every replica's link to its primary is up.
 
     Raises:
         RuntimeError: a node did not start or the cluster did not converge in time.
     """
     count = masters * (1 + replicas)
     nodes = [
-        RedisServer(server_binary, workdir, cluster=True, extra_args=extra_args)
+        RedisServer(
+            server_binary,
+            workdir,
+            cluster=True,
+            node_timeout_ms=node_timeout_ms,
+            extra_args=extra_args,
+        )
         for _ in range(count)
     ]
     cluster = RedisCluster(nodes)
@@ -301,13 +334,16 @@ def start_cluster(
 def _cluster_ready(port: int, nodes: int) -> bool:
     try:
         info = send_command(port, "CLUSTER", "INFO").decode()
+        replication = send_command(port, "INFO", "replication").decode()
     except (OSError, RuntimeError):
         return False
     fields = dict(line.split(":", 1) for line in info.split("\r\n") if ":" in line)
+    roles = dict(line.split(":", 1) for line in replication.split("\r\n") if ":" in line)
     return (
         fields.get("cluster_state") == "ok"
         and fields.get("cluster_slots_ok") == "16384"
         and fields.get("cluster_known_nodes") == str(nodes)
+        and (roles.get("role") == "master" or roles.get("master_link_status") == "up")
     )
 
 

@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import datetime
 import decimal
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -14,7 +15,6 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,6 +22,7 @@ from asyncache import keys as keys_module
 from asyncache.keys import KEY_VERSION, KeyBuilder, canonical, make_key
 
 from .golden.make_keys import cases as golden_cases
+from .support import TORCH_OPTIONAL, require
 from .support.inputs import Color, Level, Mode, Point, Query
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -255,6 +256,9 @@ def test_numpy_object_arrays_are_refused() -> None:
 
 
 def test_torch_tensors_key_on_dtype_shape_and_bytes() -> None:
+    require(importlib.util.find_spec("torch") is not None, "needs torch", torch=True)
+    import torch
+
     base = torch.arange(6, dtype=torch.float32)
     assert key(base) == key(torch.arange(6, dtype=torch.float32))
     assert key(base) != key(base.to(torch.float64))
@@ -379,7 +383,9 @@ def test_golden_vectors_pin_the_key_format() -> None:
     golden = json.loads((GOLDEN / "keys.json").read_text())
     assert golden["key_version"] == KEY_VERSION, "regenerate tests/golden/keys.json"
     expected = {row["name"]: row for row in golden["vectors"]}
-    cases = golden_cases()
+    cases = golden_cases(with_torch=not TORCH_OPTIONAL)
+    if TORCH_OPTIONAL:  # an interpreter CI runs without torch: every other vector
+        expected.pop("tensor")
     assert [name for name, _ in cases] == list(expected)
     assert 20 <= len(cases) <= 40
     changed = [

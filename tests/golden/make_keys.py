@@ -27,10 +27,18 @@ from tests.support.inputs import Color, Level, Point, Query  # noqa: E402
 GOLDEN = HERE / "keys.json"
 
 
-def cases() -> list[tuple[str, dict[str, Any]]]:
-    """Every golden case: a name and ``make_key``'s four arguments."""
-    import numpy
+def _tensor() -> Any:
     import torch
+
+    return torch.arange(6, dtype=torch.int64).reshape(3, 2)
+
+
+def cases(*, with_torch: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """Every golden case: a name and ``make_key``'s four arguments.
+
+    ``with_torch=False`` leaves out the tensor's (for interpreters without torch).
+    """
+    import numpy
 
     def call(
         inputs: Any, *, namespace: str = "golden", fingerprint: Any = "model@1", scope: Any = None
@@ -42,7 +50,7 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
             "inputs": inputs,
         }
 
-    return [
+    every = [
         ("plain text", call({"text": "is this spam?"})),
         ("plain nested", call({"text": "hi", "options": {"top_k": 3, "lang": "en"}, "ok": True})),
         ("int", call({"x": 1})),
@@ -78,12 +86,13 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
         ("ndarray float32", call({"x": numpy.arange(6, dtype=numpy.float32).reshape(2, 3)})),
         ("ndarray 0-d", call({"x": numpy.array(1.5)})),
         ("numpy scalar", call({"x": numpy.int64(7)})),
-        ("tensor", call({"x": torch.arange(6, dtype=torch.int64).reshape(3, 2)})),
+        ("tensor", call({"x": _tensor()} if with_torch else {})),
         ("scoped", call({"text": "is this spam?"}, scope="tenant-a")),
         ("fingerprint mapping", call({"x": 1}, fingerprint={"id": "m", "revision": 2})),
         ("no fingerprint", call({"x": 1}, fingerprint=None)),
         ("other namespace", call({"x": 1}, namespace="other")),
     ]
+    return [(name, args) for name, args in every if name != "tensor" or with_torch]
 
 
 def vectors() -> list[dict[str, Any]]:

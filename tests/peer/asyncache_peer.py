@@ -77,6 +77,7 @@ def _middleware(app: Any, cache: DecisionCache) -> DecisionCacheMiddleware:
         statuses=range(100, 600),
         scope=credential_scope,
         status_header=MARK,
+        server_timing=False,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...errors import StoreError
 from .schema import MEMORY, user_version
-from .sql import LIVE_LEASES, SUMMARY, TABLES
+from .sql import LIVE_LEASES, SUMMARY, TABLES, numbered
 
 __all__ = ["describe_database", "describe_file", "file_bytes"]
 
@@ -36,10 +36,12 @@ def describe_database(db: sqlite3.Connection, path: str) -> dict[str, Any]:
         raise StoreError(f"{path} is not an asyncache SQLite store")
     version = user_version(db, path)
     now = time.time()
-    entries, stored_bytes, expired, forever, first, last = db.execute(SUMMARY, (now,)).fetchone()
+    entries, stored_bytes, expired, forever, first, last = db.execute(
+        SUMMARY, numbered((now,))
+    ).fetchone()
     leases = 0
     if "asyncache_leases" in tables:
-        (leases,) = db.execute(LIVE_LEASES, (now,)).fetchone()
+        (leases,) = db.execute(LIVE_LEASES, numbered((now,))).fetchone()
     facts: dict[str, Any] = {
         "schema_version": version,
         "entries": entries,

@@ -37,12 +37,25 @@ __all__ = [
     "USED_BYTES",
     "Execute",
     "insert_many",
+    "numbered",
     "select_many",
     "storable_expiry",
 ]
 
 Execute = Callable[[str, Sequence[object]], Awaitable[list[Any]]]
 """Runs one statement on a store's connection; returns its rows (``StoreError`` on failure)."""
+
+
+def numbered(params: Sequence[object]) -> dict[str, object]:
+    """``params`` by number (``{"1": ...}``), as sqlite3 binds them to ``?1``, ``?2``...
+
+    Every statement here numbers its parameters. Handed a sequence for them,
+    early Python 3.12 releases (3.12.1 among them) warn (a ``DeprecationWarning`` that a warnings
+    filter of ``error`` turns into a failed store call); a mapping binds the
+    same values on every version.
+    """
+    return {str(index): value for index, value in enumerate(params, 1)}
+
 
 # Keys bound per statement, far under SQLITE_MAX_VARIABLE_NUMBER (32766 since 3.32).
 GET_CHUNK = 4096

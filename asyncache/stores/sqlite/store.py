@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
 import anyio.to_thread
@@ -23,6 +23,7 @@ from ...errors import ConfigurationError
 from ..protocol import Entry
 from .connection import Database
 from .describe import describe_database, describe_file
+from .drops import DropLog, Invalidated
 from .gathering import Gatherer, Gathering, asyncio_loop, next_iteration
 from .leases import LeaseTable
 from .schema import MEMORY
@@ -133,6 +134,7 @@ class SQLiteStore:
             max_bytes=max_bytes,
         )
         self._leases = LeaseTable(database.execute, database.read)
+        self._drops = DropLog(database.execute, database.read, database.spawn)
         self._pruning: threading.Thread | None = None  # the background pruning
         self._reading = 0  # reads of ours in flight; while any is, gets are gathered
         self._gets: Gatherer[bytes, Entry | None] = Gatherer(self._run_get, database.spawn)
@@ -191,6 +193,8 @@ class SQLiteStore:
         gets = self._gets
         gathering = gets.open
         loop = asyncio_loop()
+        if self._drops.pending and loop is not None:
+            self._drops.start()  # a tier subscribed before any loop ran
         if gathering is not None and gathering.loop is loop:
             return await gets.follow(gathering, key)
         if not self._reading or loop is None or gathering is not None:
@@ -262,8 +266,9 @@ class SQLiteStore:
         return bool(rows)
 
     async def delete(self, key: bytes) -> None:
-        """Drop ``key`` if present."""
+        """Drop ``key`` if present, and log it for the other processes' tiers."""
         await self._database.execute(DELETE, (key,))
+        await self._drops.record(key)
 
     async def expired_at(self, key: bytes) -> float | None:
         """When the entry under ``key`` expired, if the file still holds it; else ``None``.
@@ -295,13 +300,18 @@ class SQLiteStore:
         return int(rows[0][0])
 
     async def clear(self) -> None:
-        """Drop every entry and lease, and give the space back to the file system."""
+        """Drop every entry and lease, and give the space back to the file system.
+
+        The clear is logged for the other processes' tiers (``subscribe_invalidations``).
+        """
         await self._database.execute(CLEAR_ENTRIES, ())
         await self._database.execute(CLEAR_LEASES, ())
+        await self._drops.record(None)
         await self._database.vacuum()
 
     async def aclose(self) -> None:
         """Stop the background pruning and close the connections; safe to call twice."""
+        await self._drops.aclose()
         upkeep = self._upkeep
         upkeep.stop.set()
         upkeep.wake.set()
@@ -320,6 +330,17 @@ class SQLiteStore:
                 return
             yield [(key, Entry(value, expires_at)) for key, value, expires_at in rows]
             after = rows[-1][0]
+
+    def subscribe_invalidations(self, callback: Invalidated) -> Callable[[], None]:
+        """Have ``callback(key)`` awaited when entries here are dropped, by any process.
+
+        ``key`` is the entry's key (a ``delete``) or ``None`` for every entry
+        (a ``clear``, or drops that were missed). Every process that
+        subscribed reads the file's drop log every few milliseconds (see
+        ``drops``), starting when a loop first uses the store. Returns a
+        function that unsubscribes. ``TieredStore`` subscribes its L1.
+        """
+        return self._drops.subscribe(callback)
 
     def stats(self) -> dict[str, int]:
         """Counters: queries sent, entries pruned and evicted, times the file was reopened."""

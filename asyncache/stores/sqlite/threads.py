@@ -33,6 +33,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from .sql import numbered
+
 __all__ = ["EXIT_WAIT", "Connection", "close_at_exit"]
 
 EXIT_WAIT = 2.0
@@ -179,7 +181,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 def _fetchall(db: sqlite3.Connection, statement: str, params: Sequence[object]) -> list[Any]:
-    return db.execute(statement, params).fetchall()
+    return db.execute(statement, numbered(params)).fetchall()
 
 
 def _executescript(db: sqlite3.Connection, script: str) -> None:
