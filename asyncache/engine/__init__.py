@@ -8,6 +8,8 @@ here, never from its underscore modules. Its modules:
   admitting, encoding and adding a decision, the mode branches, renewals;
 - ``_many``: the same path for many keys at once (``.many()``, micro-batches);
 - ``_flights``: the one coalescing table (a flight per missed key);
+- ``_freshness``: fresh, stale-while-revalidate, stale-if-error, gone; jitter
+  and cached errors;
 - ``_guard``: the store guard (timeouts, failure counting, cool-down) and the
   shared deadlines of one call;
 - ``_leases``: one computation per fleet, through the store's leases;
@@ -20,6 +22,7 @@ here, never from its underscore modules. Its modules:
 from ._audit import Auditor, Compare, MismatchHook
 from ._engine import MISS, AdmitHook, Engine, Fingerprint, Source, TtlHook, Unshared
 from ._flights import error_for_caller
+from ._freshness import Freshness
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
 from ._many import get_or_compute_many
@@ -42,6 +45,7 @@ __all__ = [
     "Engine",
     "Event",
     "Fingerprint",
+    "Freshness",
     "Leases",
     "MismatchHook",
     "Source",

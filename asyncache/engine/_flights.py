@@ -33,10 +33,11 @@ class Flight(Generic[T]):
 
     ``shared`` is False when followers must not take the outcome (the
     middleware's leader got a response that was not admitted); they then
-    compute by themselves.
+    compute by themselves. ``refresh`` marks the refresh of a stale entry,
+    which callers that can read that entry do not wait for.
     """
 
-    __slots__ = ("done", "error", "followers", "shared", "task", "traceback", "value")
+    __slots__ = ("done", "error", "followers", "refresh", "shared", "task", "traceback", "value")
 
     def __init__(self) -> None:
         self.done = new_event()
@@ -45,6 +46,7 @@ class Flight(Generic[T]):
         self.traceback: Any = None
         self.shared = True
         self.followers = 0
+        self.refresh = False
         self.task: asyncio.Task[None] | None = None
 
     def set_result(self, value: T, *, shared: bool = True) -> None:

@@ -29,7 +29,7 @@ from .channels import Handler, Invalidations, Listener
 from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
 from .leases import LeaseKeys
-from .scripts import DELETE, RENEW, REPLACE
+from .scripts import DELETE, RENEW, REPLACE, SWAP
 from .url import Client
 
 __all__ = ["Bound", "Command", "Loops", "Settings", "copy_client"]
@@ -114,6 +114,7 @@ class Bound:
         self._held_busy = False
         self.renew = client.register_script(RENEW)
         self.replace = client.register_script(REPLACE)
+        self.swap = client.register_script(SWAP)
         self.delete = client.register_script(DELETE)
         self.invalidated = prefix + INVALIDATED
         """The channel ``clear`` and ``delete`` announce on."""

@@ -32,6 +32,7 @@ from .sql import (
     GET_CHUNK,
     GET_ONE,
     RENEW,
+    REPLACE,
     insert_many,
     select_many,
     storable_expiry,
@@ -250,6 +251,19 @@ class SQLiteStore:
     async def delete(self, key: bytes) -> None:
         """Drop ``key`` if present."""
         await self._database.execute(DELETE, (key,))
+
+    async def replace(
+        self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        """Store ``value`` if ``key`` still holds ``expected`` (or nothing live); the winner.
+
+        One upsert: a compare-and-set across every process on the file.
+        """
+        when = storable_expiry(expires_at)
+        rows = await self._database.execute(REPLACE, (time.time(), key, value, when, expected))
+        self.write_queries += 1
+        stored, stored_expiry = rows[0]
+        return Entry(stored, None if stored_expiry is None else float(stored_expiry))
 
     async def prune(self) -> int:
         """Delete expired entries and leases, then enforce the bounds.
