@@ -255,19 +255,23 @@ async def _compute(
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
+        # Remembered before the callers hear of it: their next call must find it.
+        await _remember_errors(engine, [(key, exc) for key in keys], replacing)
         for key, flight in zip(keys, flights, strict=True):
             table.release(key, flight)
             flight.set_error(exc)
-        await _remember_errors(engine, [(key, exc) for key in keys], replacing)
         return
     pending: list[tuple[bytes, bytes, float | None]] = []
     waiting: list[tuple[Flight[Any], Any]] = []
-    failed: list[tuple[bytes, BaseException]] = []
+    await _remember_errors(
+        engine,
+        [(k, r) for k, r in zip(keys, results, strict=True) if isinstance(r, BaseException)],
+        replacing,
+    )
     for key, flight, index, result in zip(keys, flights, indices, results, strict=True):
         table.release(key, flight)
         if isinstance(result, BaseException):
             flight.set_error(result)
-            failed.append((key, result))
             continue
         stale = replacing.get(key)
         if stale is not None:
@@ -283,7 +287,6 @@ async def _compute(
             continue
         pending.append((key, *prepared))
         waiting.append((flight, result))
-    await _remember_errors(engine, failed, replacing)
     if not pending:
         return
     added = await engine.guard.call("add_many", lambda: engine.store.add_many(pending))
