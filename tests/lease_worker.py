@@ -124,7 +124,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     with contextlib.suppress(asyncio.CancelledError):
         await watcher
     deadline = time.monotonic() + BARRIER_TIMEOUT
-    while len(cache.engine.flights) and time.monotonic() < deadline:
+    while len(cache.engine.flights) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.01)  # a refresh of a stale entry still running
     decisions: dict[str, set[str]] = {}
     for result in results:
