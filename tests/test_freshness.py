@@ -364,3 +364,55 @@ def test_four_processes_at_expiry_run_the_model_once(
     # Callers got the stale decision at once, or (once the refresh landed) the new one.
     nonces = {nonce for report in reports for nonce in report["decisions"]["0"]}
     assert "seeded" in nonces and len(nonces) <= 2
+
+
+@pytest.mark.parametrize("batch", [False, True])
+async def test_a_function_may_have_its_own_freshness(batch: bool) -> None:
+    cache = DecisionCache(ttl=TTL)  # no windows of its own
+    model, plain_model = Model(), Model()
+
+    if batch:
+
+        @cached_prediction(
+            cache, namespace="own", batch=True, stale_while_revalidate=60, max_wait_ms=1.0
+        )
+        async def own_batch(items: list[int]) -> list[str]:
+            return [await model(x) for x in items]
+
+        own: Callable[[int], Awaitable[str]] = own_batch
+    else:
+
+        @cached_prediction(cache, namespace="own", stale_while_revalidate=60)
+        async def own_single(x: int) -> str:
+            return await model(x)
+
+        own = own_single
+
+    @cached_prediction(cache, namespace="plain")
+    async def plain(x: int) -> str:
+        return await plain_model(x)
+
+    first, plain_first = await own(1), await plain(1)
+    await asyncio.sleep(TTL * 1.5)
+    model.gate = asyncio.Event()
+    assert await asyncio.wait_for(own(1), HANG) == first  # stale, served at once
+    assert await plain(1) != plain_first  # the cache's own settings: expired, computed
+    assert cache.stats()["stale_hits"] == 1
+    model.gate.set()
+    await cache.aclose()
+
+
+async def test_a_function_may_cache_its_own_errors() -> None:
+    cache = DecisionCache()
+    model = Model()
+
+    @cached_prediction(cache, cache_errors=(ValueError,), error_ttl=60)
+    async def predict(x: int) -> str:
+        return await model(x)
+
+    model.failure = ValueError("no")
+    for _ in range(3):
+        with pytest.raises(ValueError, match="no"):
+            await predict(1)
+    assert model.runs == 1
+    await cache.aclose()

@@ -22,7 +22,7 @@ here, never from its underscore modules. Its modules:
 from ._audit import Auditor, Compare, MismatchHook
 from ._engine import MISS, AdmitHook, Engine, Fingerprint, Source, TtlHook, Unshared
 from ._flights import error_for_caller
-from ._freshness import Freshness
+from ._freshness import Freshness, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
 from ._many import get_or_compute_many
@@ -60,6 +60,7 @@ __all__ = [
     "is_cancellation",
     "lease_store",
     "new_event",
+    "overridden",
     "spawn",
     "wait_for",
     "warm",

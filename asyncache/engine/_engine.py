@@ -44,7 +44,7 @@ from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
-from ._freshness import ErrorHit, Freshness, StaleHit, error_name, revive_error
+from ._freshness import ErrorHit, Freshness, StaleHit, error_name, overridden, revive_error
 from ._guard import StoreGuard
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
@@ -143,6 +143,8 @@ class Engine:
         self.renew_on_hit = False
         # Stale windows, jitter and cached errors (asyncache.engine._freshness).
         self.freshness = Freshness()
+        # Error types decorated functions list beyond the cache's own (revived on a hit).
+        self.more_errors: tuple[type[BaseException], ...] = ()
         self.max_entry_bytes = 1024 * 1024
         self.decode_cap: int | None = None
         # Written into every envelope ("n"), so that tools can select a cache's entries.
@@ -169,6 +171,15 @@ class Engine:
         self._peek: Callable[[bytes], Entry | None] | None = getattr(store, "peek", None)
         # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
         self._peek_final = type(store) is MemoryStore
+
+    def policy(self) -> Freshness:
+        """The freshness settings of the computation at hand: its function's, or the cache's."""
+        return overridden.get() or self.freshness
+
+    @property
+    def revivable(self) -> tuple[type[BaseException], ...]:
+        """Every error type a cached error entry may be revived as."""
+        return self.freshness.cache_errors + self.more_errors
 
     @property
     def enabled(self) -> bool:
@@ -220,7 +231,7 @@ class Engine:
         if known is None:
             decoded = self.decode(key, value)
             if decoded.error is not None:
-                raise ErrorHit(revive_error(decoded.error, self.freshness.cache_errors))
+                raise ErrorHit(revive_error(decoded.error, self.revivable))
             result = decoded.value if made is None else made(decoded.value)
             saved, ttl = decoded.compute_seconds or 0.0, decoded.ttl
             windows, revalidate = decoded.windows, decoded.stale_while_revalidate
@@ -562,7 +573,7 @@ class Engine:
             result, seconds = await self.timed(compute)
         except Exception as exc:
             # Remembered only where no stale decision is kept: that one is the better answer.
-            if replacing is None and self.freshness.caches(exc):
+            if replacing is None and self.policy().caches(exc):
                 await self.remember_error(key, exc)
             raise
         if isinstance(result, Unshared):
@@ -646,7 +657,7 @@ class Engine:
         try:
             decoded = self.decode(key, entry.value)
             if decoded.error is not None:
-                error = revive_error(decoded.error, self.freshness.cache_errors)
+                error = revive_error(decoded.error, self.revivable)
                 self.stats.error_hits += 1
                 raise error
         except DecodeError:
@@ -715,7 +726,7 @@ class Engine:
     async def remember_error(self, key: bytes, error: BaseException) -> None:
         """Store ``error`` (one of ``cache_errors``) under ``key`` for ``error_ttl`` seconds."""
         now = time.time()
-        ttl = self.freshness.error_ttl
+        ttl = self.policy().error_ttl
         try:
             value = encode(
                 None,
@@ -741,7 +752,7 @@ class Engine:
                 ttl = ttl(inputs, result)
             if ttl == math.inf:
                 ttl = None  # the same "no expiry" on every store
-            freshness = self.freshness
+            freshness = self.policy()
             if ttl is not None and ttl > 0:
                 ttl = freshness.spread(ttl)
             if (ttl is not None and not ttl > 0) or (  # NaN too
@@ -797,7 +808,7 @@ class Engine:
         try:
             decoded = self.decode(key, chosen)
             if decoded.error is not None:
-                error = revive_error(decoded.error, self.freshness.cache_errors)
+                error = revive_error(decoded.error, self.revivable)
         except DecodeError:
             self.stats.corrupt += 1
             return result

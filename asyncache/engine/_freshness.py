@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from ..errors import DecodeError, StoreError
@@ -45,6 +46,7 @@ __all__ = [
     "StaleHit",
     "error_name",
     "fresh_until",
+    "overridden",
     "revive_error",
 ]
 
@@ -125,6 +127,14 @@ class Freshness(NamedTuple):
             and isinstance(error, self.cache_errors)
             and not isinstance(error, StoreError)
         )
+
+
+overridden: ContextVar[Freshness | None] = ContextVar("asyncache_freshness", default=None)
+"""The settings of the decorated function whose miss is being computed, when it has its
+own (``@cached_prediction(stale_while_revalidate=...)``). A context variable, because the
+miss runs in a flight task started from the caller's context: the settings reach the
+store write without a parameter on every step of the one path in between. Hits read
+the windows from the entry itself and never look here."""
 
 
 def fresh_until(entry: Entry, windows: float) -> float | None:

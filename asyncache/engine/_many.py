@@ -303,7 +303,7 @@ async def _remember_errors(
 ) -> None:
     """Store the failures of ``cache_errors`` types, except where a stale entry is kept."""
     for key, error in failed:
-        if key not in replacing and engine.freshness.caches(error):
+        if key not in replacing and engine.policy().caches(error):
             await engine.remember_error(key, error)
 
 
