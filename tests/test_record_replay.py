@@ -169,8 +169,9 @@ async def test_the_middleware_replays_and_refuses_what_it_did_not_record() -> No
     replaying = DecisionCacheMiddleware(replayed, cache=DecisionCache(store, mode="replay"))
     answer = await call(replaying, body=b'{"text": "a"}')
     assert (answer.status, answer.cache, answer.body) == (200, "hit", first.body)
-    with pytest.raises(ReplayMiss):
-        await call(replaying, body=b'{"text": "b"}')
+    refused = await call(replaying, body=b'{"text": "b"}')
+    assert (refused.status, refused.cache) == (500, "replay_miss")
+    assert b"no recorded decision" in refused.body
     assert replayed.calls == 0
 
 

@@ -15,14 +15,24 @@ here, never from its underscore modules. Its modules:
 - ``_leases``: one computation per fleet, through the store's leases;
 - ``_audit``: sampled audits of hits and shadow mode;
 - ``_warm``: pre-warming from a list of inputs;
+- ``_stream``: a computation's pieces shared live by its flight's callers;
 - ``_memo``: decoded results of recent hits, by key;
 - ``_runtime``: what the path needs of the event loop, under asyncio and trio.
 """
 
 from ._audit import Auditor, Compare, MismatchHook
-from ._engine import MISS, AdmitHook, Engine, Fingerprint, Source, TtlHook, Unshared
-from ._flights import error_for_caller
-from ._freshness import Freshness, overridden
+from ._engine import (
+    MISS,
+    AdmitHook,
+    Engine,
+    Fingerprint,
+    Source,
+    TtlHook,
+    Unshared,
+    replay_miss,
+)
+from ._flights import Flight, error_for_caller
+from ._freshness import Freshness, StaleHit, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
 from ._many import get_or_compute_many
@@ -35,20 +45,26 @@ from ._runtime import (
     spawn,
     wait_for,
 )
+from ._stream import Broadcast, Framing, Reader
 from ._warm import WarmSummary, warm
 
 __all__ = [
     "MISS",
     "AdmitHook",
     "Auditor",
+    "Broadcast",
     "Compare",
     "Engine",
     "Event",
     "Fingerprint",
+    "Flight",
+    "Framing",
     "Freshness",
     "Leases",
     "MismatchHook",
+    "Reader",
     "Source",
+    "StaleHit",
     "StoreGuard",
     "TtlHook",
     "Unshared",
@@ -61,6 +77,7 @@ __all__ = [
     "lease_store",
     "new_event",
     "overridden",
+    "replay_miss",
     "spawn",
     "wait_for",
     "warm",

@@ -383,11 +383,68 @@ class Engine:
                 if source is not None:
                     source("hit")
                 return value  # type: ignore[no-any-return]
+        return await self.miss(key, compute, inputs, source=source, stale=stale)
+
+    async def fetch(
+        self,
+        key: bytes,
+        *,
+        recompute: Callable[[], Awaitable[Any]] | None = None,
+        inputs: Any = None,
+    ) -> Any:
+        """The stored decision under ``key`` (a hit, counted), ``MISS``, or a ``StaleHit``.
+
+        The lookup half of ``get_or_compute``, for a door that decides for
+        itself what a miss does (the middleware: follow a run, or start one
+        with ``miss``). A corrupt entry is dropped and is ``MISS``. An entry
+        past its ttl is returned as the ``StaleHit`` (not counted): the door
+        serves it with ``serve_stale``, or hands it to ``miss`` (``stale=``).
+        ``recompute``: what an audit of the hit runs (no audit without it).
+
+        Raises:
+            Exception: a cached error (``cache_errors``), raised again.
+        """
+        entry = self._peek(key) if self._peek is not None else None
+        if entry is None and not self._peek_final:
+            entry = await self.store_get(key)
+        if entry is None:
+            return MISS
+        try:
+            value = self.hit(key, entry)
+        except DecodeError as exc:
+            await self.discard_corrupt(key, exc)
+            return MISS
+        except StaleHit as stale:
+            return stale
+        except ErrorHit as cached:
+            self.stats.error_hits += 1
+            raise cached.error from None
+        if self.sampler is not None and recompute is not None:
+            self.sampler.sample(key, entry.value, recompute, inputs)
+        return value
+
+    async def miss(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[T]],
+        inputs: Any = None,
+        *,
+        source: Source | None = None,
+        stream: Any = None,
+        stale: StaleHit | None = None,
+    ) -> T:
+        """The miss half of ``get_or_compute``: join the key's flight, or start it.
+
+        ``stream``: the ``Broadcast`` this caller's computation writes its pieces
+        to; it hangs on the flight this caller starts (``Flight.stream``), where
+        identical callers find it and read the pieces live.
+        ``stale``: the entry found within its stale-if-error window, still in the
+        store: what is computed replaces it (never ``add``, which would keep it),
+        and if computing fails (raises, or times out) it is the answer.
+        """
         self.stats.misses += 1
-        if mode == "replay":
+        if self.mode == "replay":
             raise replay_miss(key, inputs)
-        # A stale entry is still in the store: what is computed replaces it (never add,
-        # which would keep it), and if computing fails it is the answer.
         replacing = None if stale is None else stale.entry.value
         try:
             if not self.coalesce:
@@ -396,6 +453,7 @@ class Engine:
             flight = self.flights.get(key)
             if flight is None:
                 flight = self.flights.claim(key)
+                flight.stream = stream
                 self.flights.launch(
                     flight, self._fly(key, flight, compute, inputs, source, replacing)
                 )
@@ -408,7 +466,7 @@ class Engine:
                     await flight.done.wait()
                 return flight.outcome()  # type: ignore[no-any-return]
             self.stats.coalesced += 1
-            return await self._follow(key, flight, compute, inputs, source, replacing)
+            return await self._follow(key, flight, compute, inputs, source, stream, replacing)
         except Exception:
             if stale is None or not stale.usable():
                 raise
@@ -439,6 +497,22 @@ class Engine:
         if source is not None:
             source("stale")
         return stale.value
+
+    def streaming(self, key: bytes) -> Flight[Any] | None:
+        """The flight of ``key`` if its pieces can still be read live by one more caller.
+
+        A caller that goes on to read them is a miss that coalesced: ``joined``.
+        """
+        flight = self.flights.get(key) if self.coalesce else None
+        if flight is None or flight.stream is None or not flight.stream.joinable:
+            return None
+        return flight
+
+    def joined(self, flight: Flight[Any]) -> None:
+        """Count a caller that reads ``flight``'s stream (as ``_follow`` counts its followers)."""
+        self.stats.misses += 1
+        self.stats.coalesced += 1
+        flight.followers += 1
 
     async def _unserved(
         self, mode: Mode, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
@@ -495,6 +569,7 @@ class Engine:
         compute: Callable[[], Awaitable[T]],
         inputs: Any,
         source: Source | None,
+        stream: Any = None,
         replacing: bytes | None = None,
     ) -> T:
         flight.followers += 1
@@ -505,6 +580,7 @@ class Engine:
                 following = self.flights.get(key)
                 if following is None:
                     following = self.flights.claim(key)
+                    following.stream = stream
                     self.flights.launch(
                         following, self._fly(key, following, compute, inputs, source, replacing)
                     )

@@ -33,11 +33,24 @@ class Flight(Generic[T]):
 
     ``shared`` is False when followers must not take the outcome (the
     middleware's leader got a response that was not admitted); they then
-    compute by themselves. ``refresh`` marks the refresh of a stale entry,
-    which callers that can read that entry do not wait for.
+    compute by themselves. ``stream`` is set when the computation produces its
+    result piece by piece (``asyncache.engine._stream.Broadcast``): followers
+    may then read the pieces live instead of waiting for the outcome.
+    ``refresh`` marks the refresh of a stale entry, which callers that can read
+    that entry do not wait for.
     """
 
-    __slots__ = ("done", "error", "followers", "refresh", "shared", "task", "traceback", "value")
+    __slots__ = (
+        "done",
+        "error",
+        "followers",
+        "refresh",
+        "shared",
+        "stream",
+        "task",
+        "traceback",
+        "value",
+    )
 
     def __init__(self) -> None:
         self.done = new_event()
@@ -48,6 +61,7 @@ class Flight(Generic[T]):
         self.followers = 0
         self.refresh = False
         self.task: asyncio.Task[None] | None = None
+        self.stream: Any = None
 
     def set_result(self, value: T, *, shared: bool = True) -> None:
         self.value = value
@@ -82,6 +96,10 @@ class FlightTable(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._flights)
+
+    def keys(self) -> list[bytes]:
+        """The keys being computed now."""
+        return list(self._flights)
 
     def get(self, key: bytes) -> Flight[T] | None:
         return self._flights.get(key)

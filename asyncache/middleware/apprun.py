@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import Unshared, cancelled, is_cancellation, new_event, spawn
-from .broadcast import Broadcast
-from .capture import ResponseCapture
+from ..engine import Broadcast, Unshared, cancelled, is_cancellation, new_event, spawn
+from .capture import ResponseCapture, response_broadcast
 from .response import StoredResponse, invalid_reason, to_value
 from .settings import ExchangeSettings
 from .types import Message, Receive, Scope
@@ -141,7 +140,7 @@ class AppRunner:
             if not done:
                 done.append((response, reason))
 
-        broadcast = Broadcast(settings.engine.max_entry_bytes, None, self.key)
+        broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=False)
         try:
             await settings.app(dict(self.scope), receive, settings.capture(broadcast, {}, finish))
         except OSError:

@@ -23,7 +23,7 @@ from typing import Any
 from ..cache import DecisionCache
 from ..engine import MISS
 from ..stats import RateLimitedLog
-from .exchange import Exchange, ExchangeSettings, OnHit
+from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
 from .request import (
     REMEMBERED_BODY_BYTES,
     BodyReplay,
@@ -289,5 +289,11 @@ class DecisionCacheMiddleware:
             await exchange.run()
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
+        if self._engine.mode == "replay":
+            # Replay never runs the app for a cached route, whatever kept the cache out.
+            await refuse_in_replay(
+                send, self._settings, f"the request would bypass the cache ({reason})"
+            )
+            return
         self._settings.count_bypass(reason)
         await self.app(scope, receive, self._headers.tagged(send, "bypass", reason))

@@ -13,15 +13,60 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
 
-from .broadcast import Broadcast
+from ..engine import Broadcast
 from .response import AdmitResponse, StoredResponse, admitted, refusal, shareable
 from .types import Headers, Message, Scope
 
-__all__ = ["Finish", "ResponseCapture"]
+__all__ = ["Finish", "ResponseCapture", "ResponseFraming", "response_broadcast"]
 
 Finish = Callable[[StoredResponse | None, str | None], Awaitable[None]]
 
 _SENDFILE = frozenset({"http.response.pathsend", "http.response.zerocopy"})
+_PACED = frozenset(
+    {
+        "http.response.body",
+        "http.response.trailers",
+        "http.response.zerocopy",
+        "http.response.pathsend",
+    }
+)
+
+
+class ResponseFraming:
+    """An ASGI response as the pieces of a ``Broadcast``: which messages pace the app,
+    and which one ends the response (the last body, or the last trailers when its
+    start declared trailers)."""
+
+    __slots__ = ("trailers",)
+
+    def __init__(self) -> None:
+        self.trailers = False
+
+    def paced(self, message: Message) -> bool:
+        # The body and what ends a response are paced: the app's send returns once its
+        # client has the message, as a server's does. Its start message (or an
+        # extension's) is not, so what it sends next without waiting reaches the client
+        # in the same step, as from a bare app (Starlette's TestClient reads the debug
+        # extension right after the start arrives).
+        return message["type"] in _PACED
+
+    def final(self, message: Message) -> bool:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.trailers = bool(message.get("trailers", False))
+            return False
+        if kind == "http.response.body" or kind == "http.response.zerocopy":
+            return not self.trailers and not message.get("more_body", False)
+        if kind == "http.response.pathsend":
+            return not self.trailers
+        if kind == "http.response.trailers":
+            return not message.get("more_trailers", False)
+        return False
+
+
+def response_broadcast(keep_limit: int, *, joinable: bool) -> Broadcast:
+    """A ``Broadcast`` of one run of the app's response."""
+    return Broadcast(keep_limit, ResponseFraming(), joinable=joinable)
 
 
 class ResponseCapture:

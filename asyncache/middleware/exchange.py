@@ -1,15 +1,19 @@
 """One cacheable request through the engine: the middleware's door.
 
-The middleware hands ``Engine.get_or_compute`` a compute that runs the app
-and captures its response, so leases, audits, shadow mode, the cache's
-``admit`` and ttl hooks, renewals and the store guard hold for HTTP exactly as
-they do for the decorator. What only HTTP knows stays here, in ``response``
-(what may be stored) and in ``broadcast`` (sharing a response as it streams).
+A request the middleware could not answer from memory (``Engine.hit_now``)
+comes here. It reads the key's flight first (a run of the app in progress for
+an identical request), then the store (``Engine.fetch``: a hit is answered at
+once, with no run, no task and no ``Broadcast``), and on a miss hands
+``Engine.miss`` a compute that runs the app and captures its response, so
+leases, audits, shadow mode, the cache's ``admit`` and ttl hooks, renewals
+and the store guard hold for HTTP exactly as they do for the decorator. What
+only HTTP knows stays in the middleware: ``response`` (what may be stored) and
+``capture`` (the app's messages as the pieces of a stream).
 
-A miss starts a ``Broadcast`` that identical requests find while it runs. Its
-work (the engine's lookup, and the app if that misses) runs on its own, and
-every request that shares it, the leader included, sends its messages to its
-own client as they come. So:
+A miss starts a ``Broadcast`` that hangs on the engine's flight for its key
+(``Flight.stream``: the one coalescing table), where identical requests find
+it while it runs. The app runs on its own, and every request that shares it,
+the leader included, sends its messages to its own client as they come. So:
 
 - followers of a shareable response get each chunk as the app sends it, and
   what was admitted is stored once the response is complete;
@@ -29,11 +33,23 @@ import inspect
 import logging
 from typing import Any
 
-from ..engine import cancelled, error_for_caller, is_cancellation, spawn, wait_for
-from ..errors import DecodeError
+from ..engine import (
+    MISS,
+    Broadcast,
+    Flight,
+    Reader,
+    StaleHit,
+    cancelled,
+    error_for_caller,
+    is_cancellation,
+    replay_miss,
+    spawn,
+    wait_for,
+)
+from ..errors import DecodeError, ReplayMiss
 from ..stats import RateLimitedLog
 from .apprun import AppRunner
-from .broadcast import Broadcast, Reader, final
+from .capture import response_broadcast
 from .request import RequestHead, request_inputs
 from .response import InvalidEntry, Replay
 from .settings import ExchangeSettings, OnHit
@@ -98,20 +114,63 @@ class Exchange:
         self.joined = False
 
     async def run(self) -> None:
-        """Answer a request ``hit_now`` did not: a hit, a share of a run, or a run of its own."""
+        """Answer a request ``hit_now`` did not: a share of a run, a hit, or a run of its own."""
         settings = self.settings
         engine = settings.engine
-        self.inputs = request_inputs(self.scope, self.head, self.body)
-        coalesce = engine.coalesce and engine.mode in ("live", "replay")
-        while True:
-            broadcast = settings.live.get(self.key) if coalesce else None
-            if broadcast is None:
-                await self.lead(listed=coalesce)
-                return
-            if await self.follow(broadcast):
+        serving = engine.mode == "live" or engine.mode == "replay"
+        while serving:
+            flight = engine.streaming(self.key)
+            if flight is None:
+                break
+            if await self.follow(flight, flight.stream):
                 return
             # That run ended before its start message: look again, and one of its
             # followers (the first to get here) becomes the new leader.
+        runner = None
+        stale = None
+        if serving:
+            if engine.sampler is not None and settings.audit:
+                runner = self._runner()
+            value = await engine.fetch(
+                self.key,
+                recompute=None if runner is None else runner.recompute,
+                inputs=self.inputs_made(),
+            )
+            if type(value) is StaleHit:
+                if value.revalidate:
+                    # Served at once; the app runs once in the background, for no client,
+                    # and its response replaces this one if it may be stored.
+                    self.source = "stale"
+                    refresh = self._runner().recompute
+                    await self.answer(
+                        engine.serve_stale(self.key, value, refresh, self.inputs_made())
+                    )
+                    return
+                stale, value = value, MISS  # within stale-if-error: its run replaces it
+            if value is not MISS:
+                await self.answer(value)
+                return
+            if engine.mode == "replay":
+                await self.refuse_in_replay(replay_miss(self.key, self.inputs_made()))
+                return
+        await self.lead(runner, listed=serving and engine.coalesce, stale=stale)
+
+    def inputs_made(self) -> list[Any]:
+        """The canonical request, for the ttl and admit hooks and audits: made once, on need."""
+        if not self.inputs:
+            self.inputs = request_inputs(self.scope, self.head, self.body)
+        return self.inputs
+
+    def _runner(self) -> AppRunner:
+        if self.runner is None:
+            self.runner = AppRunner(
+                self.settings, self.scope, self.receive, self.key, self.inputs_made(), self.body
+            )
+        return self.runner
+
+    async def refuse_in_replay(self, error: ReplayMiss | str) -> None:
+        """``mode="replay"`` never runs the app: what would run it is a 500 with the error."""
+        await refuse_in_replay(self.send, self.settings, str(error))
 
     def told(self, source: str) -> None:
         self.source = "hit" if source == "hit" else "shared"
@@ -124,7 +183,8 @@ class Exchange:
             replay = Replay.of(value, head=self.scope["method"] == "HEAD")
         except InvalidEntry as exc:
             _log.warning("entry", "asyncache: dropping an entry under a route: %s", exc)
-            await settings.engine.discard_corrupt(self.key, DecodeError(str(exc)))
+            if settings.engine.mode != "replay":  # replay writes nothing, deletes nothing
+                await settings.engine.discard_corrupt(self.key, DecodeError(str(exc)))
             await self.bypass(f"invalid_{exc.reason}")
             return
         if settings.on_hit is not None and not await self._hit_allowed():
@@ -136,8 +196,11 @@ class Exchange:
         await self.send(body)
 
     async def bypass(self, reason: str) -> None:
-        """Run the app for this request alone, outside the cache."""
+        """Run the app for this request alone, outside the cache (never in replay mode)."""
         settings = self.settings
+        if settings.engine.mode == "replay":
+            await self.refuse_in_replay(f"the request would bypass the cache ({reason})")
+            return
         settings.count_bypass(reason)
         await settings.app(
             self.scope, self.receive, settings.headers.tagged(self.send, "bypass", reason)
@@ -157,21 +220,19 @@ class Exchange:
 
     # -- following a run ------------------------------------------------------------
 
-    async def follow(self, broadcast: Broadcast) -> bool:
+    async def follow(self, flight: Flight[Any], broadcast: Broadcast) -> bool:
         """Share ``broadcast``'s outcome; ``False`` when it ended before its start message."""
         settings = self.settings
         engine = settings.engine
         reader = broadcast.join()
         if not self.joined:
-            # Counted as the engine counts its followers: a miss that coalesced.
             self.joined = True
-            engine.stats.misses += 1
-            engine.stats.coalesced += 1
+            engine.joined(flight)
         try:
             if not await wait_for(broadcast.decided, engine.coalesce_timeout):
                 broadcast.leave(reader)
                 engine.stats.coalesce_timeouts += 1
-                await self.lead(listed=False)
+                await self.lead(None, listed=False)
                 return True
             if broadcast.source:
                 # The leader got its answer without running the app here.
@@ -191,7 +252,7 @@ class Exchange:
             if broadcast.ran:
                 # Released: the response belongs to the leader's client alone.
                 broadcast.leave(reader)
-                await self.lead(listed=False)
+                await self.lead(None, listed=False)
                 return True
             if broadcast.error is not None:
                 settings.stats.outcomes["shared"] += 1
@@ -229,7 +290,7 @@ class Exchange:
                     # what a server would refuse: that is the server's to reject.
                     await send(message)
                 broadcast.sent(reader)
-                if not reader.owner and final(message, broadcast.trailers):
+                if not reader.owner and broadcast.framing.final(message):
                     return
         except OSError:
             return  # this client went away; the others go on
@@ -238,17 +299,20 @@ class Exchange:
 
     # -- leading a run --------------------------------------------------------------
 
-    async def lead(self, *, listed: bool) -> None:
+    async def lead(
+        self, runner: AppRunner | None, *, listed: bool, stale: StaleHit | None = None
+    ) -> None:
         """Start a run (found by identical requests when ``listed``) and send its response."""
         settings = self.settings
-        broadcast = Broadcast(
-            settings.engine.max_entry_bytes, settings.live if listed else None, self.key
-        )
-        runner = AppRunner(settings, self.scope, self.receive, self.key, self.inputs, self.body)
+        if settings.engine.mode == "replay":
+            # Only a request that could not share a run gets here: replay never runs the app.
+            await self.refuse_in_replay(replay_miss(self.key, self.inputs_made()))
+            return
+        broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=listed)
+        runner = runner or self._runner()
         runner.broadcast = broadcast
-        self.runner = runner
         reader = broadcast.join(owner=True)
-        spawn(self._produce(runner, broadcast, listed))
+        spawn(self._produce(runner, broadcast, listed, stale))
         # Whatever the app sends, from its first message on (an extension's message may
         # come before the start), until the app ends or the answer came without it.
         await self.pump(broadcast, reader, "miss")
@@ -266,22 +330,38 @@ class Exchange:
         elif broadcast.error is not None:
             raise error_for_caller(broadcast.error, broadcast.traceback)
 
-    async def _produce(self, runner: AppRunner, broadcast: Broadcast, listed: bool) -> None:
+    async def _produce(
+        self, runner: AppRunner, broadcast: Broadcast, listed: bool, stale: StaleHit | None
+    ) -> None:
         settings = self.settings
         engine = settings.engine
         try:
-            if listed or engine.mode in ("shadow", "record") or not engine.coalesce:
+            if listed:
+                # The lookup was made (run()); a run already in progress is followed there.
+                value = await engine.miss(
+                    self.key,
+                    runner.compute,
+                    self.inputs_made(),
+                    source=self.told,
+                    stream=broadcast,
+                    stale=stale,
+                )
+            elif engine.mode == "live" or engine.mode == "replay":
+                # A request released from another run, one that waited too long, or a
+                # cache that does not coalesce: this request's own run.
+                value = await engine.compute(
+                    self.key, runner.compute, self.inputs_made(), self.told
+                )
+            else:
+                # shadow, record: the engine decides what is computed, compared and stored.
                 value = await engine.get_or_compute(
                     self.key,
                     runner.compute,
-                    self.inputs,
+                    self.inputs_made(),
                     recompute=runner.recompute,
                     audit=settings.audit,
                     source=self.told,
                 )
-            else:
-                # A request released from another run, or one that waited too long.
-                value = await engine.compute(self.key, runner.compute, self.inputs, self.told)
         except BaseException as exc:
             broadcast.fail(cancelled("the run was cancelled") if is_cancellation(exc) else exc)
             if is_cancellation(exc):
@@ -290,5 +370,18 @@ class Exchange:
             if runner.app is None:
                 broadcast.resolve(value, self.source)
         finally:
-            broadcast.unlist()
+            broadcast.joinable = False
             broadcast.settled.set()
+
+
+async def refuse_in_replay(send: Send, settings: ExchangeSettings, message: str) -> None:
+    """Answer 500 with ``message``: ``mode="replay"`` never runs the app."""
+    settings.stats.outcomes["replay_miss"] += 1
+    body = f"asyncache replay: {message}".encode()
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+        *settings.headers.for_outcome("replay_miss"),
+    ]
+    await send({"type": "http.response.start", "status": 500, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import Engine
-from .broadcast import Broadcast
+from ..engine import Broadcast, Engine
 from .capture import ResponseCapture
 from .response import AdmitResponse
 from .stats import MiddlewareStats
@@ -22,7 +21,8 @@ OnHit = Callable[[Scope], Any]
 class ExchangeSettings:
     """What every request of one middleware shares; built once by the middleware.
 
-    ``live`` holds the runs in progress by key, as the engine's flight table does.
+    Runs in progress are the engine's flights: a run's ``Broadcast`` hangs on its
+    key's flight (``Flight.stream``), where identical requests find it.
     """
 
     __slots__ = (
@@ -32,7 +32,6 @@ class ExchangeSettings:
         "engine",
         "headers",
         "keyed",
-        "live",
         "on_hit",
         "stats",
         "statuses",
@@ -60,7 +59,6 @@ class ExchangeSettings:
         self.admit = admit
         self.on_hit = on_hit
         self.audit = audit
-        self.live: dict[bytes, Broadcast] = {}
 
     def count_bypass(self, reason: str) -> None:
         """Count a request that did not use the cache."""

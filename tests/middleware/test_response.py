@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from asyncache import DecisionCache
+from asyncache.engine import Broadcast
 from asyncache.middleware import DecisionCacheMiddleware, StoredResponse
-from asyncache.middleware.broadcast import Broadcast
-from asyncache.middleware.capture import ResponseCapture
+from asyncache.middleware.capture import ResponseCapture, response_broadcast
 from asyncache.middleware.response import (
     InvalidEntry,
     Replay,
@@ -181,7 +181,7 @@ def test_stored_response_helpers() -> None:
 
 
 def capture_for(outcomes: list[Any], limit: int = 100) -> tuple[ResponseCapture, Broadcast]:
-    broadcast = Broadcast(limit, None, b"k")
+    broadcast = response_broadcast(limit, joinable=False)
 
     async def finish(response: StoredResponse | None, reason: str | None) -> None:
         outcomes.append((response, reason, len(broadcast.messages)))
@@ -294,7 +294,7 @@ async def test_nobody_reading_what_will_not_be_stored_reaches_the_app() -> None:
     capture, broadcast = capture_for(outcomes)
     reader = broadcast.join(owner=True)
     broadcast.leave(reader)  # the client went away
-    with pytest.raises(OSError, match="no client"):
+    with pytest.raises(OSError, match="nobody reads"):
         await capture(start(200, JSON, (b"set-cookie", b"a=1")))
 
 

@@ -1,49 +1,48 @@
-"""One run of the app's response, shared live by every identical request.
+"""A stream of one computation, shared live by every caller that asked for it.
 
-The app's ``send`` (``ResponseCapture``) appends each message to a
-``Broadcast``; every request that shares the run, the one that started it
-included, has a ``Reader`` and sends the messages to its own client at its own
-pace (``pump``). So a follower's first byte leaves as soon as the leader's
-does, and no client waits on another one's socket.
+A miss that produces its answer piece by piece (the middleware's HTTP
+response, a decorated async generator's chunks) appends each piece to a
+``Broadcast`` that hangs on the key's flight (``Flight.stream``); every caller
+sharing the flight, the one that started it included, holds a ``Reader`` and
+takes the pieces at its own pace. So a follower's first piece leaves as soon as
+the leader's does, and no caller waits on another one's consumer.
 
-While the response may still be stored (or shared whole, by requests that
-join late) every message is kept, up to ``max_entry_bytes`` of body: the app
-never waits for a slow client then. Past that (or once the response is known
-to be for its own client only), messages are dropped as soon as every reader
-sent them, and the app is paced by its slowest reader, as a server paces it by
-its one socket; when no reader is left, the app's ``send`` raises ``OSError``,
-as a server's does once the client went away.
+While the result may still be stored (or shared whole, by callers that join
+late) every piece is kept, up to ``keep_limit`` bytes. The producer never
+waits for a slow reader then. Past that, or once the result is known to be
+for its own caller only, pieces are dropped as soon as every reader took them,
+and the producer is paced by its slowest reader, as a server paces an app by
+its one socket; when no reader is left, ``push`` raises ``OSError``, as a
+server's ``send`` does once the client went away.
+
+What a piece is, which pieces pace the producer and which one ends the stream
+is the door's ``Framing``: the middleware's frames ASGI messages, the
+decorator's frames chunks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from ..engine import Event, new_event
-from .types import Message
+from ._runtime import Event, new_event
 
-__all__ = ["Broadcast", "Reader", "final"]
-
-_PACED = frozenset(
-    {
-        "http.response.body",
-        "http.response.trailers",
-        "http.response.zerocopy",
-        "http.response.pathsend",
-    }
-)
+__all__ = ["Broadcast", "Framing", "Reader"]
 
 
-def final(message: Message, trailers: bool) -> bool:
-    """Whether ``message`` is the last one of a response (``trailers``: its start declared them)."""
-    kind = message["type"]
-    if kind == "http.response.body" or kind == "http.response.zerocopy":
-        return not trailers and not message.get("more_body", False)
-    if kind == "http.response.pathsend":
-        return not trailers
-    if kind == "http.response.trailers":
-        return not message.get("more_trailers", False)
-    return False
+class Framing(Protocol):
+    """What the pieces of one stream are: which pace the producer, which one is the last.
+
+    One per ``Broadcast``: it may remember what it saw (an HTTP start message
+    that declares trailers changes which message ends the response).
+    """
+
+    def paced(self, piece: Any) -> bool:
+        """Whether the producer waits for its readers after ``piece``."""
+        ...
+
+    def final(self, piece: Any) -> bool:
+        """Whether ``piece`` ends the stream."""
+        ...
 
 
 class Reader:
@@ -64,25 +63,23 @@ class Broadcast:
     """The messages of one run of the app, and what became of it.
 
     Args:
-        keep_limit: the most body bytes kept for requests that join late
-            (``max_entry_bytes``).
-        table: where identical requests find this run; ``None`` for a run of
-            one request's own.
-        key: its key in ``table``.
+        keep_limit: the most bytes kept for callers that join late (``max_entry_bytes``).
+        framing: what the pieces are.
+        joinable: whether identical callers may join (``False``: a run of one caller's own).
     """
 
     __slots__ = (
         "_changed",
-        "_table",
         "base",
         "complete",
         "decided",
         "ended",
         "error",
         "followed",
+        "framing",
+        "joinable",
         "keep",
         "keep_limit",
-        "key",
         "messages",
         "ran",
         "readers",
@@ -91,12 +88,11 @@ class Broadcast:
         "size",
         "source",
         "traceback",
-        "trailers",
         "value",
     )
 
-    def __init__(self, keep_limit: int, table: dict[bytes, Broadcast] | None, key: bytes) -> None:
-        self.messages: list[Message] = []
+    def __init__(self, keep_limit: int, framing: Framing, *, joinable: bool = True) -> None:
+        self.messages: list[Any] = []
         self.base = 0
         """The index of ``messages[0]`` among all the messages of the run."""
         self.size = 0
@@ -116,8 +112,6 @@ class Broadcast:
         """No message will follow: the app ended (or its answer came without it)."""
         self.complete = False
         """The last message of the response arrived."""
-        self.trailers = False
-        """The start message declared trailers: they end the response, not the body."""
         self.error: BaseException | None = None
         self.traceback: Any = None
         self.value: Any = None
@@ -126,10 +120,9 @@ class Broadcast:
         self.settled = new_event()
         """Set once the engine is done with the run (what may be stored is stored)."""
         self._changed: Event = new_event()
-        self._table = table
-        self.key = key
-        if table is not None:
-            table[key] = self
+        self.framing = framing
+        self.joinable = joinable
+        """Identical callers may still join (every piece since the first is kept)."""
 
     # -- readers ---------------------------------------------------------------
 
@@ -161,7 +154,7 @@ class Broadcast:
         event, self._changed = self._changed, new_event()
         event.set()
 
-    def take(self, reader: Reader) -> Message | None:
+    def take(self, reader: Reader) -> Any:
         """The next message for ``reader``, or ``None`` when it has none yet."""
         index = reader.position - self.base
         if index < len(self.messages):
@@ -176,31 +169,25 @@ class Broadcast:
 
     # -- the app's side --------------------------------------------------------
 
-    async def push(self, message: Message, body_bytes: int = 0) -> None:
-        """Append one of the app's messages, and return when the app may send the next.
+    async def push(self, message: Any, size: int = 0) -> None:
+        """Append one piece of size ``size`` bytes, and return when the producer may go on.
 
-        Alone, the leader's client paces the app, as a server's ``send`` does.
-        Once a follower joined, nobody waits while the response is kept; past
-        the keep limit, the slowest reader paces the app, one message ahead.
+        Alone, the leader's reader paces the producer, as a server's ``send`` does.
+        Once a follower joined, nobody waits while the result is kept; past
+        the keep limit, the slowest reader paces the producer, one piece ahead.
 
         Raises:
-            OSError: no reader is left and nothing is kept: nobody gets what the app sends.
+            OSError: no reader is left and nothing is kept: nobody gets what is produced.
         """
-        self.size += body_bytes
+        self.size += size
         if self.keep and self.size > self.keep_limit:
             self.stop_keeping()
-        if message["type"] == "http.response.start":
-            self.trailers = bool(message.get("trailers", False))
+        framing = self.framing
         self.messages.append(message)
-        if final(message, self.trailers):
+        if framing.final(message):
             self.complete = True
         self._wake()
-        # The body and what ends a response are paced: the app's send returns once its
-        # client has the message, as a server's does. Its start message (or an
-        # extension's) is not, so what it sends next without waiting reaches the client
-        # in the same step, as from a bare app (Starlette's TestClient reads the debug
-        # extension right after the start arrives).
-        paced = message["type"] in _PACED
+        paced = framing.paced(message)
         while True:
             total = self.base + len(self.messages)
             anyone = False
@@ -212,7 +199,7 @@ class Broadcast:
             if not anyone:
                 if self.keep or self.complete:
                     return
-                raise OSError("no client reads the response any more")
+                raise OSError("nobody reads the stream any more")
             if not paced:
                 return
             if self.followed:
@@ -223,9 +210,9 @@ class Broadcast:
             await self._changed.wait()
 
     def stop_keeping(self) -> None:
-        """Keep messages only until every reader sent them; no request may join any more."""
+        """Keep pieces only until every reader took them; no caller may join any more."""
         self.keep = False
-        self.unlist()
+        self.joinable = False
         self._trim()
 
     def _trim(self) -> None:
@@ -269,7 +256,7 @@ class Broadcast:
     def end(self) -> None:
         """No message will follow: the app ended."""
         if not self.complete:
-            self.unlist()  # an incomplete run: later requests start afresh
+            self.joinable = False  # an incomplete run: later callers start afresh
         self.ended = True
         self.decided.set()
         self._wake()
@@ -278,11 +265,3 @@ class Broadcast:
     def abandoned(self) -> bool:
         """The run ended before its start message and without an error: followers elect anew."""
         return self.ended and not self.ran and self.error is None and self.source == ""
-
-    def unlist(self) -> None:
-        """Later identical requests no longer find this run."""
-        table = self._table
-        if table is not None:
-            self._table = None
-            if table.get(self.key) is self:
-                del table[self.key]
