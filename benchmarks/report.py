@@ -53,6 +53,11 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("models", "Models: MiniLM misses and hits, batching, offload"),
     ("backend_sharing", "One cache for every backend"),
     ("fleet", "Fleet: a hot-key burst across processes, leases off and on"),
+    (
+        "freshness",
+        "Freshness: a hot key at its expiry across processes, with and without "
+        "stale-while-revalidate",
+    ),
 )
 
 SIZES = (140, 2_000, 20_000)

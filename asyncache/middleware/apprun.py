@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import Broadcast, Unshared, cancelled, is_cancellation, new_event, spawn
+from ..engine import (
+    Broadcast,
+    Freshness,
+    Unshared,
+    cancelled,
+    is_cancellation,
+    new_event,
+    overridden,
+    spawn,
+)
 from .capture import ResponseCapture, response_broadcast
-from .response import StoredResponse, invalid_reason, to_value
+from .response import StoredResponse, invalid_reason, shareable, stale_windows, to_value
 from .settings import ExchangeSettings
 from .types import Message, Receive, Scope
 
@@ -76,6 +85,9 @@ class AppRunner:
             raise
         if run.response_error is not None:
             raise run.response_error
+        if run.freshness is not None:
+            # The store write that follows, in this same task, keeps the entry this long.
+            overridden.set(run.freshness)
         return run.value
 
     async def _run_app(
@@ -106,6 +118,11 @@ class AppRunner:
         stats = self.settings.stats
         if response is None:
             stats.not_admitted(reason or "refused")
+            if not shareable(reason):
+                # Private to its client: identical requests could not have shared it, so
+                # for a while they go straight to the app (hit-for-pass). A failure is
+                # shared, and a stampede on a failing app then still costs one run.
+                self.settings.remember_pass(self.key)
             run.settle(Unshared(None))
             return
         head = self.inputs[0] == "HEAD"
@@ -115,7 +132,25 @@ class AppRunner:
             stats.not_admitted(f"invalid_{invalid}")
             run.settle(Unshared(None))
             return
+        run.freshness = self._freshness(response)
         run.settle(value)
+
+    def _freshness(self, response: StoredResponse) -> Freshness | None:
+        """These routes' settings, with the windows the response asks for (capped by them)."""
+        settings = self.settings
+        chosen = settings.freshness
+        revalidate, if_error = stale_windows(response)
+        if revalidate is None and if_error is None:
+            return chosen
+        policy = chosen or settings.engine.freshness
+        return policy._replace(
+            stale_while_revalidate=policy.stale_while_revalidate
+            if revalidate is None
+            else min(revalidate, policy.stale_while_revalidate),
+            stale_if_error=policy.stale_if_error
+            if if_error is None
+            else min(if_error, policy.stale_if_error),
+        )
 
     async def recompute(self) -> Any:
         """Run the app again in the background for an audit; its response goes nowhere.
@@ -180,7 +215,7 @@ class LeaderReceive:
 class AppRun:
     """One run of the app by a leader: when its response is complete, and when it ends."""
 
-    __slots__ = ("error", "finished", "response", "response_error", "task", "value")
+    __slots__ = ("error", "finished", "freshness", "response", "response_error", "task", "value")
 
     def __init__(self) -> None:
         self.response = new_event()
@@ -192,6 +227,8 @@ class AppRun:
         self.error: BaseException | None = None
         """What the app raised, for the leader's server."""
         self.task: Any = None
+        self.freshness: Freshness | None = None
+        """The windows this response is kept for, when they are not the cache's."""
 
     def settle(self, value: Any = None, *, error: BaseException | None = None) -> None:
         """Hand the engine the outcome (the first one only)."""

@@ -118,6 +118,13 @@ class Exchange:
         settings = self.settings
         engine = settings.engine
         serving = engine.mode == "live" or engine.mode == "replay"
+        if engine.mode == "live" and settings.passes and settings.passing(self.key):
+            # Hit-for-pass: the last answer could not be shared, so this request does not
+            # queue behind another run; it runs the app at once, on its own (a miss whose
+            # answer is still stored if it may be, which ends the pass).
+            engine.stats.passes += 1
+            await self.lead(None, listed=False)
+            return
         while serving:
             flight = engine.streaming(self.key)
             if flight is None:

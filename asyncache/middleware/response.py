@@ -71,6 +71,7 @@ HOP_BY_HOP = frozenset(
 )
 _PRIVATE_DIRECTIVES = frozenset({"no-store", "private", "no-cache"})
 _LIFETIMES = frozenset({"max-age", "s-maxage"})
+_STALE_DIRECTIVES = frozenset({"stale-while-revalidate", "stale-if-error"})
 NEVER_STORED = frozenset({206, 304})
 """Statuses never stored, whatever ``statuses`` says: each answers one request's
 ``Range`` or validators, which the key does not hold."""
@@ -179,6 +180,26 @@ def refusal(
         # RFC 9111 5.3: a lifetime in Cache-Control overrides Expires.
         return "expires"
     return "too_large" if too_large else None
+
+
+def stale_windows(response: StoredResponse) -> tuple[float | None, float | None]:
+    """The response's own ``Cache-Control: stale-while-revalidate=N, stale-if-error=N``
+    (RFC 5861), in seconds; ``None`` for a directive it does not give (or gives unreadably)."""
+    found: dict[str, float] = {}
+    for name, value in response.headers:
+        if name.lower() != b"cache-control":
+            continue
+        for part in value.decode("latin-1").split(","):
+            directive, _, argument = part.partition("=")
+            directive = directive.strip().lower()
+            if directive in _STALE_DIRECTIVES:
+                try:
+                    seconds = int(argument.strip().strip('"'))
+                except ValueError:
+                    continue
+                if seconds >= 0:
+                    found.setdefault(directive, float(seconds))
+    return found.get("stale-while-revalidate"), found.get("stale-if-error")
 
 
 def shareable(reason: str | None) -> bool:
