@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import datetime
 import decimal
-import enum
 import json
 import math
 from pathlib import Path
@@ -14,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import orjson
-import pydantic
 import pytest
 import torch
 from hypothesis import given
@@ -24,6 +22,7 @@ from asyncache import keys as keys_module
 from asyncache.keys import KEY_VERSION, KeyBuilder, canonical, make_key
 
 from .golden.make_keys import cases as golden_cases
+from .support.inputs import Color, Level, Mode, Point, Query
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -275,32 +274,9 @@ def test_torch_tensors_key_on_dtype_shape_and_bytes() -> None:
 
 
 @dataclasses.dataclass
-class Point:
-    x: int
-    y: float
-
-
-@dataclasses.dataclass
 class Other:
     x: int
     y: float
-
-
-class Color(enum.Enum):
-    RED = "red"
-
-
-class Mode(str, enum.Enum):  # noqa: UP042 - the mixin form: its str() is not its value
-    FAST = "fast"
-
-
-class Level(enum.IntEnum):
-    HIGH = 3
-
-
-class Query(pydantic.BaseModel):
-    text: str
-    top_k: int = 5
 
 
 def test_dataclasses_key_on_class_and_fields() -> None:

@@ -9,7 +9,6 @@ subclasses, UUIDs, tuples, mappings) key like their plain value on both paths.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import enum
 import math
 import sys
@@ -17,7 +16,6 @@ import uuid
 from typing import Any, NamedTuple
 
 import numpy as np
-import pydantic
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -25,6 +23,8 @@ from hypothesis import strategies as st
 from asyncache import DecisionCache, MemoryStore, cached_prediction
 from asyncache import keys as keys_module
 from asyncache.keys import canonical, make_key
+
+from .support.inputs import Color, Level, Mode, Point, Query
 
 WRAP = b'["\\u0000c",'
 FORCE = b'["\\u0000c",{"f":["\\u0000bytes",""],"v":'
@@ -57,23 +57,6 @@ class Real(float):
 
 class MyUUID(uuid.UUID):
     pass
-
-
-class Color(enum.Enum):
-    RED = "red"
-    NONE = None
-    NAN = math.nan
-    BYTES = b"x"
-    PAIR = (1, 2)
-    NUL = "\x00c"
-
-
-class Mode(str, enum.Enum):  # noqa: UP042 - the mixin form
-    FAST = "fast"
-
-
-class Level(enum.IntEnum):
-    HIGH = 3
 
 
 class Pair(NamedTuple):
@@ -247,18 +230,6 @@ def test_a_lone_surrogate_is_a_type_error_naming_the_argument() -> None:
 
 
 # -- the property: one key whichever path runs --------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Point:
-    x: Any
-    y: Any
-
-
-class Query(pydantic.BaseModel):
-    text: str
-    top_k: int = 5
-
 
 _text = st.text(st.characters(codec="utf-8"), max_size=8)  # no lone surrogates
 _ints = st.one_of(st.integers(), st.integers(min_value=2**1990, max_value=2**2100))

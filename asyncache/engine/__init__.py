@@ -45,10 +45,11 @@ from ._runtime import (
     spawn,
     wait_for,
 )
-from ._stream import Broadcast, Framing, Reader
+from ._stream import MAX_PIECES, Broadcast, Framing, Reader
 from ._warm import WarmSummary, warm
 
 __all__ = [
+    "MAX_PIECES",
     "MISS",
     "AdmitHook",
     "Auditor",

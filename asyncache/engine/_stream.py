@@ -26,7 +26,12 @@ from typing import Any, Protocol
 
 from ._runtime import Event, new_event
 
-__all__ = ["Broadcast", "Framing", "Reader"]
+__all__ = ["MAX_PIECES", "Broadcast", "Framing", "Reader"]
+
+MAX_PIECES = 4096
+"""The most pieces kept for callers that join late (and for the store): past it a stream
+is shared live but not kept, so memory follows the readers' lag, not the stream's length
+(400,000 empty HTTP body messages would otherwise hold over 100 MiB)."""
 
 
 class Framing(Protocol):
@@ -66,6 +71,7 @@ class Broadcast:
         keep_limit: the most bytes kept for callers that join late (``max_entry_bytes``).
         framing: what the pieces are.
         joinable: whether identical callers may join (``False``: a run of one caller's own).
+        max_pieces: the most pieces kept, whatever their size.
     """
 
     __slots__ = (
@@ -80,7 +86,9 @@ class Broadcast:
         "joinable",
         "keep",
         "keep_limit",
+        "max_pieces",
         "messages",
+        "overflow",
         "ran",
         "readers",
         "settled",
@@ -91,12 +99,22 @@ class Broadcast:
         "value",
     )
 
-    def __init__(self, keep_limit: int, framing: Framing, *, joinable: bool = True) -> None:
+    def __init__(
+        self,
+        keep_limit: int,
+        framing: Framing,
+        *,
+        joinable: bool = True,
+        max_pieces: int = MAX_PIECES,
+    ) -> None:
         self.messages: list[Any] = []
         self.base = 0
         """The index of ``messages[0]`` among all the messages of the run."""
         self.size = 0
         self.keep_limit = keep_limit
+        self.max_pieces = max_pieces
+        self.overflow = ""
+        """Why the stream stopped being kept: ``"bytes"``, ``"pieces"``, or ``""``."""
         self.keep = True
         """Every message since the first is kept: a request may still join."""
         self.readers: list[Reader] = []
@@ -180,8 +198,13 @@ class Broadcast:
             OSError: no reader is left and nothing is kept: nobody gets what is produced.
         """
         self.size += size
-        if self.keep and self.size > self.keep_limit:
-            self.stop_keeping()
+        if self.keep:
+            if self.size > self.keep_limit:
+                self.overflow = "bytes"
+                self.stop_keeping()
+            elif len(self.messages) >= self.max_pieces:
+                self.overflow = "pieces"
+                self.stop_keeping()
         framing = self.framing
         self.messages.append(message)
         if framing.final(message):

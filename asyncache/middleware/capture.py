@@ -139,7 +139,9 @@ class ResponseCapture:
             await broadcast.push(message, size)
             if self._storing:
                 if not broadcast.keep:
-                    await self._refuse("too_large")
+                    await self._refuse(
+                        "too_many_chunks" if broadcast.overflow == "pieces" else "too_large"
+                    )
                 elif not message.get("more_body", False):
                     await self._store()
             return

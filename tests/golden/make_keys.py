@@ -10,47 +10,21 @@ format changes on purpose, together with a bump of ``asyncache.keys.KEY_VERSION`
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import decimal
-import enum
 import json
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-import pydantic
-
 HERE = Path(__file__).resolve().parent
+if not __package__:  # run as a script: the repository root makes ``tests`` importable
+    sys.path.insert(0, str(HERE.parents[1]))
+
+from tests.support.inputs import Color, Level, Point, Query  # noqa: E402
+
 GOLDEN = HERE / "keys.json"
-
-
-@dataclasses.dataclass
-class Point:
-    """A dataclass input."""
-
-    x: int
-    y: float
-
-
-class Color(enum.Enum):
-    """A plain enum: keys as its value."""
-
-    RED = "red"
-
-
-class Level(enum.IntEnum):
-    """An int enum: keys as its value."""
-
-    HIGH = 3
-
-
-class Query(pydantic.BaseModel):
-    """A pydantic model: keys on its ``model_dump()``."""
-
-    text: str
-    top_k: int = 5
 
 
 def cases() -> list[tuple[str, dict[str, Any]]]:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support import free_port
+from tests.support import free_port, until
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -169,19 +169,6 @@ class RecordingApp:
             await send({"type": "http.response.body", "body": chunk, "more_body": more})
 
 
-async def wait_until(condition: Callable[[], bool], what: str, limit: float = 10.0) -> None:
-    """Poll ``condition`` on the loop until it holds; fail after ``limit`` seconds (a hang guard).
-
-    Polling, not an event: the conditions are other components' counters.
-    """
-    try:
-        async with asyncio.timeout(limit):
-            while not condition():  # noqa: ASYNC110
-                await asyncio.sleep(0.002)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting until {what}") from None
-
-
 @asynccontextmanager
 async def uvicorn_serving(
     app: App, *, http: str = "h11", lifespan: str = "off"
@@ -202,7 +189,7 @@ async def uvicorn_serving(
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
-        await wait_until(lambda: server.started or task.done(), "uvicorn is listening")
+        await until(lambda: server.started or task.done(), "uvicorn is listening")
         if task.done():
             task.result()
         yield f"http://127.0.0.1:{port}"

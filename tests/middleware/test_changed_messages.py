@@ -14,7 +14,8 @@ from typing import Any
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware
 
-from . import Answer, RecordingApp, call, make_scope, wait_until
+from ..support import until
+from . import Answer, RecordingApp, call, make_scope
 
 JSON = (b"content-type", b"application/json")
 CHUNKS = [b'{"label":', b'"positive"}']
@@ -71,9 +72,9 @@ async def test_a_leaders_send_that_changes_its_messages_changes_no_follower_nor_
     cache = DecisionCache()
     middleware = DecisionCacheMiddleware(app, cache=cache)
     leader = asyncio.create_task(middleware(make_scope(headers=[JSON]), _request, Hostile()))
-    await wait_until(lambda: app.entered == 1, "the leader is in the app")
+    await until(lambda: app.entered == 1, "the leader is in the app")
     follower = asyncio.create_task(call(middleware, body=b"{}"))
-    await wait_until(lambda: cache.stats()["coalesced"] == 1, "the follower waits")
+    await until(lambda: cache.stats()["coalesced"] == 1, "the follower waits")
     app.gate.set()
     await leader
     shared, hit = await follower, await call(middleware, body=b"{}")

@@ -10,7 +10,8 @@ import pytest
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware, cache_stats
 
-from . import Answer, RecordingApp, Result, call, wait_until
+from ..support import until
+from . import Answer, RecordingApp, Result, call
 
 FOLLOWERS = 4
 
@@ -24,10 +25,10 @@ async def stampede(
     """Start a leader that blocks in the app, then followers that wait on it."""
     app.gate = asyncio.Event()
     leader = asyncio.create_task(call(middleware, body=b'{"q": 1}', **(leader_options or {})))
-    await wait_until(lambda: app.entered == 1, "the leader is in the app")
+    await until(lambda: app.entered == 1, "the leader is in the app")
     followers = [asyncio.create_task(call(middleware, body=b'{"q":1}')) for _ in range(FOLLOWERS)]
     cache = middleware.cache
-    await wait_until(lambda: cache.stats()["coalesced"] == FOLLOWERS, "the followers wait")
+    await until(lambda: cache.stats()["coalesced"] == FOLLOWERS, "the followers wait")
     assert app.entered == 1
     return leader, followers
 
@@ -157,9 +158,9 @@ async def test_a_follower_that_waited_too_long_runs_the_app_itself() -> None:
     middleware = DecisionCacheMiddleware(app, cache=cache)
     app.gate = asyncio.Event()
     leader = asyncio.create_task(call(middleware, body=b"{}"))
-    await wait_until(lambda: app.entered == 1, "the leader is in the app")
+    await until(lambda: app.entered == 1, "the leader is in the app")
     follower = asyncio.create_task(call(middleware, body=b"{}"))
-    await wait_until(lambda: app.entered == 2, "the follower gave up waiting")
+    await until(lambda: app.entered == 2, "the follower gave up waiting")
     app.gate.set()
     results = [await leader, await follower]
     assert [r.cache for r in results] == ["miss", "miss"]
@@ -171,7 +172,7 @@ async def test_different_requests_and_disabled_coalescing_run_apart() -> None:
     middleware = DecisionCacheMiddleware(app, cache=DecisionCache())
     app.gate = asyncio.Event()
     tasks = [asyncio.create_task(call(middleware, body=b'{"q": %d}' % i)) for i in range(3)]
-    await wait_until(lambda: app.entered == 3, "three different requests are in the app")
+    await until(lambda: app.entered == 3, "three different requests are in the app")
     app.gate.set()
     await asyncio.gather(*tasks)
 
@@ -179,7 +180,7 @@ async def test_different_requests_and_disabled_coalescing_run_apart() -> None:
     middleware = DecisionCacheMiddleware(app, cache=DecisionCache(coalesce=False))
     app.gate = asyncio.Event()
     tasks = [asyncio.create_task(call(middleware, body=b"{}")) for _ in range(3)]
-    await wait_until(lambda: app.entered == 3, "three identical requests are in the app")
+    await until(lambda: app.entered == 3, "three identical requests are in the app")
     app.gate.set()
     results = await asyncio.gather(*tasks)
     assert {r.cache for r in results} == {"miss"}

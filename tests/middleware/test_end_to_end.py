@@ -23,7 +23,8 @@ from pydantic import BaseModel
 from asyncache import DecisionCache
 from asyncache.middleware import CacheStatsEndpoint, DecisionCacheMiddleware, cache_stats
 
-from . import uvicorn_serving, wait_until
+from ..support import until
+from . import uvicorn_serving
 
 
 class Review(BaseModel):
@@ -111,11 +112,11 @@ async def test_a_burst_of_identical_requests_runs_the_model_once(
     async with httpx.AsyncClient(base_url=url) as client:
         body = {"text": "good service"}
         leader = asyncio.create_task(client.post("/v1/sentiment", json=body))
-        await wait_until(lambda: svc.entered == 1, "the leader reached the model")
+        await until(lambda: svc.entered == 1, "the leader reached the model")
         rest = [
             asyncio.create_task(client.post("/v1/sentiment", json=body)) for _ in range(followers)
         ]
-        await wait_until(
+        await until(
             lambda: svc.cache.stats()["coalesced"] == followers, "the followers are waiting"
         )
         svc.gate.set()
@@ -141,14 +142,14 @@ async def test_a_leader_that_hangs_up_still_serves_the_burst(
         b"POST /v1/sentiment HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (port, len(payload), payload)
     )
-    await wait_until(lambda: svc.entered == 1, "the leader reached the model")
+    await until(lambda: svc.entered == 1, "the leader reached the model")
     raw.close()  # the first client hangs up while the model runs
     async with httpx.AsyncClient(base_url=url) as client:
         rest = [
             asyncio.create_task(client.post("/v1/sentiment", content=payload, headers=JSON))
             for _ in range(3)
         ]
-        await wait_until(lambda: svc.cache.stats()["coalesced"] == 3, "the followers are waiting")
+        await until(lambda: svc.cache.stats()["coalesced"] == 3, "the followers are waiting")
         svc.gate.set()
         responses = await asyncio.gather(*rest)
         later = await client.post("/v1/sentiment", content=payload, headers=JSON)

@@ -1,6 +1,6 @@
 """A fleet of four uvicorn replicas sharing one Redis: a hot miss runs the app once.
 
-Each replica (``tests/fleet_app.py``) wraps its app in ``DecisionCacheMiddleware``
+Each replica (``tests/middleware/fleet_app.py``) wraps its app in ``DecisionCacheMiddleware``
 over a ``DecisionCache(RedisStore, leases=True)``. 200 identical concurrent
 requests spread round-robin over the four replicas must all get the same
 answer, and the app must run at most twice in total (once, plus at most one
@@ -43,7 +43,7 @@ def _start(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "tests.fleet_app:app",
+                "tests.middleware.fleet_app:app",
                 "--host",
                 "127.0.0.1",
                 "--port",

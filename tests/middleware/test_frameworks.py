@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import require
+from tests.support import require, until
 
-from . import uvicorn_serving, wait_until
+from . import uvicorn_serving
 
 FRAMEWORKS = ("litestar", "quart", "django")
 
@@ -64,7 +64,7 @@ async def test_a_repeat_is_a_hit_the_app_never_sees(framework: tuple[Any, str, A
     assert examples.calls[name] - before == 2
     cache = getattr(examples, f"{name}_cache")
     # A response is stored once its last chunk has gone out: the client can read it first.
-    await wait_until(lambda: cache.stats()["stores"] >= 2, "both misses are stored")
+    await until(lambda: cache.stats()["stores"] >= 2, "both misses are stored")
     stats = cache.stats()
     assert (stats["hits"], stats["misses"], stats["stores"]) == (1, 2, 2)
 

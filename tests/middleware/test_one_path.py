@@ -22,7 +22,8 @@ from asyncache.engine import _stream
 from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.stores.sqlite import SQLiteStore
 
-from . import Answer, RecordingApp, call, wait_until
+from ..support import until
+from . import Answer, RecordingApp, call
 
 
 class Counted:
@@ -62,7 +63,7 @@ async def test_a_hit_over_sqlite_makes_no_broadcast_and_no_task(
     middleware = DecisionCacheMiddleware(app, cache=DecisionCache(store))
     first = await call(middleware, body=b'{"text": "a"}')
     assert (first.status, first.cache) == (200, "miss")
-    await wait_until(lambda: middleware.cache.stats()["stores"] == 1, "the answer is stored")
+    await until(lambda: middleware.cache.stats()["stores"] == 1, "the answer is stored")
     counted = Counted(monkeypatch)
     try:
         hit = await call(middleware, body=b'{"text": "a"}')
@@ -96,11 +97,11 @@ async def test_a_run_in_progress_is_the_engines_flight() -> None:
     cache = DecisionCache(MemoryStore())
     middleware = DecisionCacheMiddleware(app, cache=cache)
     leader = asyncio.ensure_future(call(middleware, body=b'{"text": "a"}'))
-    await wait_until(lambda: app.entered == 1, "the app runs for the leader")
+    await until(lambda: app.entered == 1, "the app runs for the leader")
     flights = [cache.engine.flights.get(key) for key in cache.engine.flights.keys()]
     assert len(flights) == 1 and isinstance(flights[0].stream, _stream.Broadcast)
     followers = [asyncio.ensure_future(call(middleware, body=b'{"text": "a"}')) for _ in range(3)]
-    await wait_until(lambda: flights[0].followers == 3, "the followers join the flight")
+    await until(lambda: flights[0].followers == 3, "the followers join the flight")
     app.gate.set()
     results = [await leader, *[await follower for follower in followers]]
     assert [r.cache for r in results] == ["miss", "shared", "shared", "shared"]

@@ -21,7 +21,8 @@ from starlette.routing import Route
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware
 
-from . import Message, call, make_scope, wait_until
+from ..support import until
+from . import Message, call, make_scope
 
 NDJSON = (b"content-type", b"application/x-ndjson")
 
@@ -90,15 +91,15 @@ async def test_followers_get_each_chunk_as_the_app_sends_it() -> None:
     middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/generate"])
     leader, follower = Client(), Client()
     first = asyncio.create_task(middleware(scope(), leader.receive, leader.send))
-    await wait_until(lambda: len(leader.messages) == 1, "the leader has its start message")
+    await until(lambda: len(leader.messages) == 1, "the leader has its start message")
     second = asyncio.create_task(middleware(scope(), follower.receive, follower.send))
     # Not held back: the follower has the status line before the app sent a single chunk.
-    await wait_until(lambda: len(follower.messages) == 1, "the follower has its start message")
+    await until(lambda: len(follower.messages) == 1, "the follower has its start message")
     assert follower.header(b"x-cache") == b"shared"
     for token in range(3):
         app.step.release()
         # Each chunk reaches the follower while the app is still streaming the rest.
-        await wait_until(
+        await until(
             lambda token=token: len(follower.messages) == 2 + token, f"the follower has {token}"
         )
         assert app.sent == token + 1
@@ -115,10 +116,10 @@ async def test_a_private_start_releases_the_followers_at_once() -> None:
     middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/generate"])
     leader, follower = Client(), Client()
     first = asyncio.create_task(middleware(scope(), leader.receive, leader.send))
-    await wait_until(lambda: len(leader.messages) == 1, "the leader has its start message")
+    await until(lambda: len(leader.messages) == 1, "the leader has its start message")
     second = asyncio.create_task(middleware(scope(), follower.receive, follower.send))
     # The leader's stream has not sent a chunk, yet the follower runs the app itself.
-    await wait_until(lambda: app.calls == 2, "the follower runs the app on its own")
+    await until(lambda: app.calls == 2, "the follower runs the app on its own")
     for _ in range(6):
         app.step.release()
     await asyncio.gather(first, second)
@@ -144,12 +145,12 @@ async def test_a_leader_whose_client_never_reads_holds_no_follower() -> None:
     middleware = DecisionCacheMiddleware(big, cache=cache, routes=["/generate"])
     stuck, follower = Client(reads=False), Client()
     leader = asyncio.create_task(middleware(scope(), stuck.receive, stuck.send))
-    await wait_until(lambda: len(stuck.messages) == 1, "the leader has its start message")
+    await until(lambda: len(stuck.messages) == 1, "the leader has its start message")
     await middleware(scope(), follower.receive, follower.send)
     assert len(follower.body) == size
     assert calls == [1]
     # Stored at the end, without the leader's client having read it.
-    await wait_until(lambda: cache.stats()["stores"] == 1, "the response is stored")
+    await until(lambda: cache.stats()["stores"] == 1, "the response is stored")
     assert (await call(middleware, path="/generate", body=b'{"prompt": "hi"}')).cache == "hit"
     assert calls == [1]
     leader.cancel()
@@ -174,11 +175,11 @@ async def test_followers_of_a_run_that_ended_before_its_start_elect_one_leader()
     cache = DecisionCache()
     middleware = DecisionCacheMiddleware(flaky, cache=cache, routes=["/generate"])
     leader = asyncio.create_task(call(middleware, path="/generate", body=b"{}"))
-    await wait_until(lambda: calls == 1, "the leader is in the app")
+    await until(lambda: calls == 1, "the leader is in the app")
     followers = [
         asyncio.create_task(call(middleware, path="/generate", body=b"{}")) for _ in range(20)
     ]
-    await wait_until(lambda: cache.stats()["coalesced"] == 20, "the followers wait")
+    await until(lambda: cache.stats()["coalesced"] == 20, "the followers wait")
     gate.set()
     await leader
     results = await asyncio.gather(*followers)
@@ -347,7 +348,7 @@ async def test_alone_the_app_is_paced_by_its_clients_send() -> None:
     middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/generate"])
     client = SlowClient()
     task = asyncio.create_task(middleware(scope(), client.receive, client.send))
-    await wait_until(lambda: len(client.messages) == 1, "the client has its start")
+    await until(lambda: len(client.messages) == 1, "the client has its start")
     for _ in range(20):
         await asyncio.sleep(0)
     assert progress == []  # the first chunk is not taken yet: the app waits, as on a server

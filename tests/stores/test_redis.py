@@ -15,7 +15,7 @@ import ssl
 import struct
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,7 +25,8 @@ from asyncache.errors import ConfigurationError, StoreError
 from asyncache.stores import Entry, LeaseStore, open_store
 
 from ..servers import RedisServer
-from ..support import IN_CI, key
+from ..support import IN_CI, key, until
+from ..support.stores import command_calls
 
 try:
     from redis.asyncio import Redis
@@ -87,22 +88,6 @@ async def pexpiretime(client: Redis, name: bytes) -> int:
     """When Redis itself will drop ``name`` (Unix ms)."""
     when: int = await client.execute_command("PEXPIRETIME", name)  # type: ignore[no-untyped-call]
     return when
-
-
-async def command_calls(client: Redis) -> dict[str, int]:
-    """Calls per command since the last ``CONFIG RESETSTAT`` (INFO commandstats)."""
-    info = await client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): stat["calls"] for name, stat in info.items()}
-
-
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    """Poll ``condition`` until it holds; fail (never hang) after a few thousand looks."""
-    for _ in range(5000):
-        met = condition()
-        if met if isinstance(met, bool) else await met:
-            return
-        await asyncio.sleep(0.002)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 # -- URLs and options (no server needed: clients connect lazily) -------------

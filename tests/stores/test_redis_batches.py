@@ -21,6 +21,7 @@ from asyncache.stores import Entry
 
 from ..servers import RedisServer
 from ..support import IN_CI, key
+from ..support.stores import command_calls
 
 try:
     from redis.asyncio import Redis
@@ -33,16 +34,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     pytest.skip("redis-py is not installed", allow_module_level=True)
 
 HOUR = 3600.0
-
-
-async def command_calls(*clients: Redis) -> dict[str, int]:
-    """Calls per command since the last ``CONFIG RESETSTAT``, summed over ``clients``' servers."""
-    totals: dict[str, int] = {}
-    for client in clients:
-        for name, stat in (await client.info("commandstats")).items():
-            command = name.removeprefix("cmdstat_")
-            totals[command] = totals.get(command, 0) + stat["calls"]
-    return totals
 
 
 async def connections_received(client: Redis) -> int:

@@ -19,7 +19,7 @@ from asyncache.errors import ConfigurationError, SchemaVersionError, StoreError
 from asyncache.stores import Entry, LeaseStore, open_store
 from asyncache.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
-from ..support import eventually, key
+from ..support import key, until
 
 HOUR = 3600.0
 
@@ -403,7 +403,7 @@ async def test_bounds_are_kept_in_the_background(path: Path) -> None:
     async with SQLiteStore(path, max_entries=10, prune_interval=HOUR) as opened:
         for n in range(50):
             await opened.add(key(n), b"v", time.time() + HOUR + n)
-        assert await eventually(lambda: _count_is(opened, 10))
+        await until(lambda: _count_is(opened, 10), "the store to hold 10 entries")
         assert await _present(opened, range(40, 50)) == list(range(40, 50))
 
 
@@ -411,7 +411,7 @@ async def test_expired_entries_are_pruned_in_the_background(path: Path) -> None:
     async with SQLiteStore(path, prune_interval=0.05) as opened:
         await opened.add_many([(key(n), b"brief", time.time() + 0.05) for n in range(5)])
         await opened.add(key(100), b"live", None)
-        assert await eventually(lambda: _count_is(opened, 1))
+        await until(lambda: _count_is(opened, 1), "the prune to leave 1 entry")
         assert opened.stats()["pruned"] >= 5
         assert await opened.get(key(100)) == Entry(b"live", None)
 

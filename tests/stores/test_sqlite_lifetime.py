@@ -21,7 +21,7 @@ import pytest
 from asyncache.stores import Entry
 from asyncache.stores.sqlite import SQLiteStore
 
-from ..support import eventually, key
+from ..support import key, until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_LIMIT = 30.0  # seconds a child may take; a hung exit takes forever
@@ -211,7 +211,7 @@ async def test_a_deleted_file_is_noticed_and_the_path_opened_again(tmp_path: Pat
             return await store.get(bytes(16)) == Entry(b"B", None)
 
         # Reads notice within a bounded wait, and go to the new file.
-        assert await eventually(reads_b), await store.get(bytes(16))
+        await until(reads_b, "reads to go to the new file")
         assert (await store.add(bytes(16), b"A", None)).value == b"B"
         await store.add(key(2), b"after", None)
         assert await asyncio.to_thread(_read_elsewhere, path, key(2)) == "after"

@@ -7,7 +7,6 @@ nothing asserts on wall time.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
@@ -17,7 +16,7 @@ from asyncache.stores.memory import MemoryStore
 from asyncache.stores.tiered import TieredStore
 
 from ..servers import RedisServer
-from ..support import IN_CI, key
+from ..support import IN_CI, key, until
 
 try:
     from redis.asyncio import Redis
@@ -29,15 +28,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     pytest.skip("redis-py is not installed", allow_module_level=True)
 
 HOUR_TTL = 3600.0
-
-
-async def until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll ``condition`` until it holds; fail (never hang) after a few thousand looks."""
-    for _ in range(5000):
-        if await condition():
-            return
-        await asyncio.sleep(0.002)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def replica(url: str, prefix: str) -> TieredStore:

@@ -1,6 +1,6 @@
 """How users call cached functions and methods, as type checkers must see it.
 
-Checked by mypy --strict and pyright (tests/test_typing.py), never run. Each
+Checked by mypy --strict and pyright (tests/decorator/test_typing.py), never run. Each
 line marked as wrong is a mistake a checker must report; every other line
 must check clean.
 """

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,10 @@ import pytest
 from asyncache import DecisionCache, MemoryStore, cached_prediction, open_store
 from asyncache.stores.tiered import TieredStore
 
-from .servers import RedisServer
-from .support import GENEROUS_REDIS_TIMEOUTS
+from ..servers import RedisServer
+from ..support import GENEROUS_REDIS_TIMEOUTS, until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # A hang guard for child processes, never a timing assertion.
 CHILD_TIMEOUT = 240
 # A hang guard for waits inside a test, never a timing assertion.
@@ -49,13 +49,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 # -- in one process: caches that share nothing but the store -----------------
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_TIMEOUT
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        await asyncio.sleep(0.001)
 
 
 def _cache(store_url: str, **options: Any) -> DecisionCache:
@@ -84,9 +77,9 @@ async def test_second_cache_waits_for_the_first(store_url: str) -> None:
         a = _predictor(first, runs, gate, "first")
         b = _predictor(second, runs, None, "second")
         owner = asyncio.create_task(a(1))
-        await _until(lambda: runs == ["first"])
+        await until(lambda: runs == ["first"], within=WAIT_TIMEOUT)
         waiters = [asyncio.create_task(b(1)) for _ in range(5)]
-        await _until(lambda: second.stats()["lease_waits"] > 0)
+        await until(lambda: second.stats()["lease_waits"] > 0, within=WAIT_TIMEOUT)
         assert not any(task.done() for task in waiters)
         gate.set()
         results = [await owner, *[await task for task in waiters]]
@@ -139,9 +132,9 @@ async def test_a_tier_takes_its_leases_in_the_shared_level(tmp_path: Path) -> No
         a = _predictor(first, runs, gate, "first")
         b = _predictor(second, runs, None, "second")
         owner = asyncio.create_task(a(3))
-        await _until(lambda: bool(runs))
+        await until(lambda: bool(runs), within=WAIT_TIMEOUT)
         waiter = asyncio.create_task(b(3))
-        await _until(lambda: second.stats()["lease_waits"] > 0)
+        await until(lambda: second.stats()["lease_waits"] > 0, within=WAIT_TIMEOUT)
         gate.set()
         assert await owner == await waiter == {"x": 3, "by": "first"}
         assert runs == ["first"]
@@ -166,10 +159,10 @@ async def test_callers_during_a_flight_do_not_query_the_store(redis_url: str) ->
     async with DecisionCache(open_store(url), store_timeout=STORE_TIMEOUT) as cache:
         predict = _predictor(cache, runs, gate, "one")
         first = asyncio.create_task(predict(1))
-        await _until(lambda: bool(runs))
+        await until(lambda: bool(runs), within=WAIT_TIMEOUT)
         reads = cache.stats()["store"]["reads"]
         later = [asyncio.create_task(predict(1)) for _ in range(20)]
-        await _until(lambda: cache.stats()["coalesced"] == 20)
+        await until(lambda: cache.stats()["coalesced"] == 20, within=WAIT_TIMEOUT)
         gate.set()
         assert {r["by"] for r in await asyncio.gather(first, *later)} == {"one"}
         # They joined the running flight without a store round trip each.
@@ -218,7 +211,7 @@ def _spawn(
     command = [
         sys.executable,
         "-m",
-        "tests.lease_worker",
+        "tests.engine.lease_worker",
         "--store",
         store,
         "--runs",

@@ -1,4 +1,4 @@
-"""One replica of the fleet test (``uvicorn tests.fleet_app:app``).
+"""One replica of the fleet test (``uvicorn tests.middleware.fleet_app:app``).
 
 A Starlette app behind ``DecisionCacheMiddleware`` whose cache is a
 ``RedisStore`` with ``leases=True``, shared by every replica. Configured by

@@ -23,7 +23,7 @@ from asyncache import DecisionCache, DecisionStore, Entry, MemoryStore
 from asyncache.codec import decode, encode, normalize_secret
 from asyncache.errors import StoreError
 
-from .support import until
+from ..support import until
 
 K1, K2, K3 = (bytes([i]) * 16 for i in range(1, 4))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from asyncache.cli.stats import MEMORY_NOTE
 from asyncache.errors import ConfigurationError
 from asyncache.stores import MemoryStore
 
+from ..support.stores import fill
 from .test_cli import one_line_error, run
 
 pytest.importorskip("aiosqlite")
@@ -30,13 +30,7 @@ def one_of_each(tmp_path: Path) -> str:
     """A SQLite store with one live entry and one expired entry."""
     url = f"sqlite:///{tmp_path / 'one.db'}"
 
-    async def fill() -> None:
-        store = open_store(url)
-        await store.add(b"a" * 16, b"live", time.time() + 3600)
-        await store.add(b"b" * 16, b"gone", time.time() - 60)
-        await store.aclose()
-
-    asyncio.run(fill())
+    fill(url, [(b"a" * 16, b"live", time.time() + 3600), (b"b" * 16, b"gone", time.time() - 60)])
     return url
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from asyncache import DecisionCache, MethodWarning, cached_prediction
 
-from .support import require
+from ..support import require
 
 
 def _model_class(cache: DecisionCache, **options: Any) -> type:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import Any
 
@@ -12,10 +11,7 @@ from asyncache import DecisionCache, MemoryStore, cached_prediction
 from asyncache.engine._memo import MADE_BYTES, RecentValues, copier
 from asyncache.keys import KEY_BYTES, KeyBuilder, RecentKeys
 
-
-class Color(enum.Enum):
-    RED = "red"
-
+from ..support.inputs import Color
 
 INPUTS: list[Any] = [
     {"x": None},

@@ -14,7 +14,7 @@ from asyncache.decorator._batching import MicroBatcher
 from asyncache.errors import OffloadError
 from asyncache.offload import ProcessOffload, ThreadOffload
 
-from . import offload_workers as workers
+from ..offload import offload_workers as workers
 
 
 class Recorder:

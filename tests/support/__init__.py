@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import shutil
 import socket
@@ -61,13 +62,29 @@ def free_port() -> int:
         return port
 
 
-async def until(condition: Callable[[], bool], *, turns: int = 10_000) -> None:
-    """Let other tasks run until ``condition()`` holds (fails instead of hanging)."""
-    for _ in range(turns):
-        if condition():
+async def until(
+    condition: Callable[[], bool | Awaitable[bool]],
+    what: str = "the condition",
+    *,
+    within: float = 10.0,
+) -> None:
+    """Let other tasks run until ``condition()`` holds; fail after ``within`` seconds, never hang.
+
+    ``condition`` may be sync or async. Between looks it sleeps a little rather
+    than yielding one loop turn: what a test waits for may be a thread's, a
+    server's or a timer's work, and what follows that work (a reply in flight) gets
+    the time to land. Polling, not an event: the conditions are other components'
+    counters.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        met = condition()
+        if await met if inspect.isawaitable(met) else met:
             return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.002)
 
 
 def import_error_without(missing: str, module: str) -> str:
@@ -86,14 +103,3 @@ def import_error_without(missing: str, module: str) -> str:
 def key(n: int) -> bytes:
     """The n-th 16-byte test key, the size the engine's keys have."""
     return n.to_bytes(16, "big")
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> bool:
-    """Poll an async check until it holds; bounded, so a broken feature fails, not hangs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.02)
-    return False

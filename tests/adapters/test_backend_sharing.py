@@ -18,7 +18,7 @@ import pytest
 from asyncache import DecisionCache, cached_prediction
 from asyncache.offload import ThreadOffload
 
-from .conftest_models import require_model_stack
+from ..conftest_models import require_model_stack
 
 pytestmark = pytest.mark.model
 

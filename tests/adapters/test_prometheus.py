@@ -12,7 +12,7 @@ import pytest
 
 from asyncache import DecisionCache, cached_prediction, open_store
 
-from .support import free_port
+from ..support import free_port
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from asyncache import DecisionCache, cached_prediction, open_store
+from asyncache import DecisionCache, cached_prediction
 from asyncache.redact import redact_text, redact_url
 
-from .servers import RedisServer, send_command
-from .support import free_port, require, require_binary
+from ..servers import RedisServer, send_command
+from ..support import free_port, require, require_binary
+from ..support.stores import fill
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _SCRIPT = shutil.which("asyncache", path=str(Path(sys.executable).parent))
 
 pytest.importorskip("aiosqlite")
@@ -68,17 +69,17 @@ def filled(tmp_path: Path) -> str:
     """An SQLite store with 3 live entries (one without expiry) and 2 expired ones."""
     url = f"sqlite:///{tmp_path / 'cache.db'}"
 
-    async def fill() -> None:
-        store = open_store(url)
-        now = time.time()
-        await store.add(b"a" * 16, b"x" * 100, now + 3600)
-        await store.add(b"b" * 16, b"x" * 100, now + 7200)
-        await store.add(b"c" * 16, b"x" * 100, None)
-        await store.add(b"d" * 16, b"x" * 10, now - 60)
-        await store.add(b"e" * 16, b"x" * 10, now - 120)
-        await store.aclose()
-
-    asyncio.run(fill())
+    now = time.time()
+    fill(
+        url,
+        [
+            (b"a" * 16, b"x" * 100, now + 3600),
+            (b"b" * 16, b"x" * 100, now + 7200),
+            (b"c" * 16, b"x" * 100, None),
+            (b"d" * 16, b"x" * 10, now - 60),
+            (b"e" * 16, b"x" * 10, now - 120),
+        ],
+    )
     return url
 
 
@@ -158,14 +159,11 @@ def test_clear_yes_on_redis_drops_only_its_prefix(redis_url: str, redis_prefix: 
     url = f"{redis_url}?prefix={redis_prefix}a:"
     neighbour = f"{redis_url}?prefix={redis_prefix}b:"
 
-    async def fill(target: str, count: int) -> None:
-        store = open_store(target)
-        for i in range(count):
-            await store.add(bytes([i]) * 16, b"v" * 8, time.time() + 60 if i else None)
-        await store.aclose()
+    def entries(count: int) -> list[tuple[bytes, bytes, float | None]]:
+        return [(bytes([i]) * 16, b"v" * 8, time.time() + 60 if i else None) for i in range(count)]
 
-    asyncio.run(fill(url, 4))
-    asyncio.run(fill(neighbour, 2))
+    fill(url, entries(4))
+    fill(neighbour, entries(2))
     stats = json.loads(run("stats", url, "--json").stdout)["store"]
     assert (stats["entries"], stats["without_expiry"]) == (4, 1)
     assert stats["stored_bytes"] >= 32  # the values and RedisStore's expiry header
@@ -401,13 +399,7 @@ def secret_url(request: pytest.FixtureRequest, secret_redis: int, redis_prefix: 
     user = "" if request.param == "default" else "cli"
     url = f"redis://{user}:{SECRET}@127.0.0.1:{secret_redis}/0?prefix={redis_prefix}"
 
-    async def fill() -> None:
-        store = open_store(url)
-        for i in range(3):
-            await store.add(bytes([i]) * 16, b"v" * 8, time.time() + 600)
-        await store.aclose()
-
-    asyncio.run(fill())
+    fill(url, [(bytes([i]) * 16, b"v" * 8, time.time() + 600) for i in range(3)])
     return url
 
 

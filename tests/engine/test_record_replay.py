@@ -23,7 +23,7 @@ from asyncache import (
 )
 from asyncache.middleware import DecisionCacheMiddleware
 
-from .middleware import RecordingApp, call
+from ..middleware import RecordingApp, call
 
 
 @dataclasses.dataclass(frozen=True)

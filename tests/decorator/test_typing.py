@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .support import require
+from ..support import require
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 USAGE = ROOT / "tests" / "typechecks" / "usage.py"
 
 

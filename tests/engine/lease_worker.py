@@ -1,4 +1,4 @@
-"""One process of the cross-process lease tests (``python -m tests.lease_worker``).
+"""One process of the cross-process lease tests (``python -m tests.engine.lease_worker``).
 
 It opens the shared store with leases on and makes one store call (so that it
 is connected before the start), signals that it is ready, waits for the go

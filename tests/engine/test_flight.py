@@ -10,7 +10,7 @@ import pytest
 from asyncache import DecisionCache, MemoryStore
 from asyncache.engine._flights import Flight, FlightTable
 
-from .support import until
+from ..support import until
 
 K1, K2, K3, K4 = (bytes([i]) * 16 for i in range(1, 5))
 

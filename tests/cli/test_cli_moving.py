@@ -16,6 +16,7 @@ import pytest
 from asyncache import DecisionCache, open_store
 from asyncache.stores import DecisionStore, Entry, EntryScan
 
+from ..support.stores import fill
 from .test_cli import one_line_error, run
 
 pytest.importorskip("aiosqlite")
@@ -53,14 +54,12 @@ def recorded(tmp_path: Path) -> str:
     """A SQLite file with 3 signed decisions of ``triage``, 2 of ``spam`` and one expired entry."""
     url = f"sqlite:///{tmp_path / 'recorded.db'}"
 
-    async def fill() -> None:
+    async def decide() -> None:
         await _decide(url, "triage", [1, 2, 3])
         await _decide(url, "spam", [1, 2])
-        store = open_store(url)
-        await store.add(b"x" * 16, b"gone", time.time() - 5)
-        await store.aclose()
 
-    asyncio.run(fill())
+    asyncio.run(decide())
+    fill(url, [(b"x" * 16, b"gone", time.time() - 5)])
     return url
 
 

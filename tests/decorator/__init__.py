@@ -1,0 +1,1 @@
+"""Tests of @cached_prediction: binding and methods, micro-batching, typed returns, typing."""

@@ -1,0 +1,1 @@
+"""Tests of the offload pools: thread, device and process."""
