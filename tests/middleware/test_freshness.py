@@ -23,7 +23,8 @@ from asyncache.codec import decode
 from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.stores.sqlite import SQLiteStore
 
-from . import Answer, RecordingApp, call, uvicorn_serving, wait_until
+from ..support import until
+from . import Answer, RecordingApp, call, uvicorn_serving
 
 TTL = 0.2
 
@@ -38,7 +39,7 @@ async def test_a_stale_hit_is_answered_at_once_and_refreshed_once(
     middleware = DecisionCacheMiddleware(app, cache=cache, cache_status=True)
     first = await call(middleware, body=b'{"text": "a"}')
     assert first.cache == "miss"
-    await wait_until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
+    await until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
     await asyncio.sleep(TTL * 1.5)
     app.gate = asyncio.Event()  # the refresh's run is held: no request may wait for it
     stale = await asyncio.wait_for(
@@ -46,9 +47,9 @@ async def test_a_stale_hit_is_answered_at_once_and_refreshed_once(
     )
     assert {(r.status, r.cache, r.body) for r in stale} == {(200, "stale", first.body)}
     assert {r.header("cache-status") for r in stale} == {"asyncache; hit; fwd=stale"}
-    await wait_until(lambda: app.calls == 2, "the refresh runs the app")
+    await until(lambda: app.calls == 2, "the refresh runs the app")
     app.gate.set()
-    await wait_until(lambda: cache.stats()["stores"] == 2, "the refresh is stored")
+    await until(lambda: cache.stats()["stores"] == 2, "the refresh is stored")
     fresh = await call(middleware, body=b'{"text": "a"}')
     assert (fresh.cache, app.calls) == ("hit", 2)
     assert cache.stats()["stale_hits"] == 20 and cache.stats()["refreshes"] == 1
@@ -65,7 +66,7 @@ async def test_the_apps_stale_directives_set_the_windows_capped_by_the_settings(
     app = RecordingApp(Answer(headers=headers))
     middleware = DecisionCacheMiddleware(app, cache=cache)
     await call(middleware, body=b'{"text": "b"}')
-    await wait_until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
+    await until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
     [(key, entry)] = list(store._data.items())
     decoded = decode(entry.value, key=key)
     # 30 asked and allowed; 3600 asked, 10 allowed.
@@ -81,7 +82,7 @@ async def test_the_middlewares_own_windows_override_the_caches() -> None:
     app = RecordingApp()
     middleware = DecisionCacheMiddleware(app, cache=cache, stale_while_revalidate=20)
     await call(middleware, body=b'{"text": "c"}')
-    await wait_until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
+    await until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
     [(key, entry)] = list(store._data.items())
     assert decode(entry.value, key=key).stale_while_revalidate == 20.0
     assert entry.expires_at is not None and entry.expires_at - time.time() > 70
@@ -100,7 +101,7 @@ async def test_hit_for_pass_sends_followers_of_a_private_answer_straight_to_the_
         # each goes to the app at once, all of them in the app together.
         app.gate = asyncio.Event()
         requests = [asyncio.create_task(client.post("/", json={"text": "d"})) for _ in range(5)]
-        await wait_until(lambda: app.entered == 6, "every request reached the app")
+        await until(lambda: app.entered == 6, "every request reached the app")
         app.gate.set()
         answers = await asyncio.gather(*requests)
     assert {r.headers["x-cache"] for r in answers} == {"miss"}
@@ -119,7 +120,7 @@ async def test_without_hit_for_pass_followers_queue_behind_the_run() -> None:
     await call(middleware, body=b'{"text": "e"}')
     app.gate = asyncio.Event()
     requests = [asyncio.create_task(call(middleware, body=b'{"text": "e"}')) for _ in range(5)]
-    await wait_until(lambda: app.entered == 2, "one run started")
+    await until(lambda: app.entered == 2, "one run started")
     await asyncio.sleep(0.05)
     assert app.entered == 2  # the others wait on that run
     app.gate.set()

@@ -25,15 +25,15 @@ from asyncache import DecisionCache, cached_prediction, open_store
 from asyncache.codec import decode, encode
 from asyncache.stores import DecisionStore
 
-from .stores.test_contract import _make
-from .support import GENEROUS_REDIS_TIMEOUTS
+from ..stores.test_contract import _make
+from ..support import GENEROUS_REDIS_TIMEOUTS, until
 
 STORES = ["memory", "sqlite", "tiered-sqlite", "redis", "redis-cluster", "tiered-redis"]
 DOORS = ["single", "many", "batch"]
 TTL = 0.2
 # A hang guard: a caller that waited for the (held) model would never finish.
 HANG = 30.0
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=STORES)
@@ -88,13 +88,6 @@ def door(kind: str, cache: DecisionCache, model: Model) -> Callable[[int], Await
     return many
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + HANG
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        await asyncio.sleep(0.005)
-
-
 async def _stale(cache: DecisionCache, ask: Callable[[int], Awaitable[str]], x: int) -> str:
     """Store a decision for ``x`` and wait out its ttl."""
     first = await ask(x)
@@ -113,11 +106,11 @@ async def test_a_stale_hit_returns_at_once_with_one_refresh(
     model.gate = asyncio.Event()  # the refresh cannot finish: no caller may wait for it
     answers = await asyncio.wait_for(asyncio.gather(*(ask(1) for _ in range(50))), HANG)
     assert answers == [first] * 50
-    await _until(lambda: model.runs == 2)  # the first decision, and one refresh
+    await until(lambda: model.runs == 2)  # the first decision, and one refresh
     stats = cache.stats()
     assert stats["stale_hits"] == 50 and stats["refreshes"] == 1
     model.gate.set()
-    await _until(lambda: len(cache.engine.flights) == 0)
+    await until(lambda: len(cache.engine.flights) == 0)
     assert await ask(1) == "1:run2"  # the refreshed decision replaced the stale one
     assert model.runs == 2
     await cache.aclose()
@@ -134,7 +127,7 @@ async def test_a_failing_refresh_serves_stale_until_the_window_ends(
     first = await _stale(cache, ask, 2)
     model.failure = RuntimeError("the model is down")
     assert await ask(2) == first
-    await _until(lambda: cache.stats()["refresh_failures"] >= 1)
+    await until(lambda: cache.stats()["refresh_failures"] >= 1)
     assert await ask(2) == first  # still served, and refreshed again
     await asyncio.sleep(TTL + window)  # past the window: gone
     with pytest.raises(RuntimeError, match="the model is down"):
@@ -241,7 +234,7 @@ async def test_a_late_refresher_never_overwrites_a_newer_decision(store: Decisio
     newer = encode("7:newer", ttl=60, created_at=time.time(), compute_seconds=0.0, key=key)
     await store.replace(key, stale.value, newer, time.time() + 60)  # type: ignore[attr-defined]
     model.gate.set()
-    await _until(lambda: len(cache.engine.flights) == 0)
+    await until(lambda: len(cache.engine.flights) == 0)
     assert cache.stats()["conflicts"] == 1
     got = await store.get(key)
     assert got is not None and got.value == newer
@@ -268,7 +261,7 @@ async def test_renewal_moves_fresh_until_and_keeps_the_windows() -> None:
     key = ask.key(9)  # type: ignore[attr-defined]
     await asyncio.sleep(0.2)  # past ttl/16: the next hit renews
     await ask(9)
-    await _until(lambda: cache.stats()["renewals"] == 1)
+    await until(lambda: cache.stats()["renewals"] == 1)
     entry = await cache.store.get(key)
     assert entry is not None and entry.expires_at is not None
     remaining = entry.expires_at - time.time()
@@ -329,7 +322,7 @@ def test_four_processes_at_expiry_run_the_model_once(
     names = [f"worker{i}" for i in range(4)]
     processes = []
     for name in names:
-        command = [sys.executable, "-m", "tests.lease_worker", "--store", url]
+        command = [sys.executable, "-m", "tests.engine.lease_worker", "--store", url]
         command += ["--runs", str(tmp_path / "runs.log"), "--go", str(go)]
         command += ["--ready", str(tmp_path / f"{name}.ready")]
         command += ["--out", str(tmp_path / f"{name}.json"), "--signals", str(tmp_path)]
