@@ -13,7 +13,9 @@ from .codec import Decoded
 from .decorator import (
     BatchedPrediction,
     BoundPrediction,
+    BoundStream,
     CachedPrediction,
+    CachedStream,
     MethodWarning,
     cached_prediction,
 )
@@ -24,6 +26,7 @@ from .errors import (
     OffloadError,
     ReplayMiss,
     SchemaVersionError,
+    SignatureError,
     StoreError,
     WorkerDiedError,
 )
@@ -64,7 +67,9 @@ __all__ = [
     "AsyncacheError",
     "BatchedPrediction",
     "BoundPrediction",
+    "BoundStream",
     "CachedPrediction",
+    "CachedStream",
     "ConfigurationError",
     "DecisionCache",
     "DecisionStore",
@@ -80,6 +85,7 @@ __all__ = [
     "ProcessOffload",
     "ReplayMiss",
     "SchemaVersionError",
+    "SignatureError",
     "StoreError",
     "ThreadOffload",
     "WorkerDiedError",

@@ -102,8 +102,16 @@ class DecisionCache:
         leases: take a lease in the shared store before computing a miss, so
             that a fleet computes each key once (needs a ``LeaseStore``:
             SQLiteStore, RedisStore, or a tier over one).
-        lease_ttl: seconds a lease lives; above the slowest computation. A
-            waiter takes over a lease that expired without a decision.
+        lease_ttl: seconds a lease lives unless renewed. Its owner renews it
+            every third of that while the model runs, however long that is;
+            a dead owner's lease ends within it and a waiter takes over.
+        store_wait: with leases, seconds a miss keeps trying to reach a
+            store that fails before it computes without a lease. ``0`` (the
+            default) fails open: compute at once, so an answer is always
+            there, and replicas may each compute (and answer differently)
+            while the store is down. A bound above a failover's length
+            (several seconds for a Redis Cluster primary) makes the fleet
+            wait for the store and give one answer through it.
         audit_rate: share of hits (0 to 1) recomputed in the background and
             compared with what was served.
         audit: ``audit(stored, fresh)`` is True when two decisions agree;
@@ -114,11 +122,15 @@ class DecisionCache:
         mode: ``"live"`` serves hits; ``"shadow"`` computes every call,
             returns the fresh result, fills the store and counts whether the
             stored decision would have been served and agreed; ``"record"``
-            computes every call and stores it in place of what the key held;
-            ``"replay"`` answers from the store only, never runs the model, and
-            raises ``ReplayMiss`` for a call it holds no decision for. Every
-            door (single calls, ``.many()``, micro-batching, the middleware)
-            obeys it.
+            computes every call and stores it in place of what the key held,
+            raising ``StoreError`` for a decision it could not store (the
+            store failed, or the result does not encode or is too large: a
+            recording is complete or it fails); ``"replay"`` answers from the
+            store only, never runs the model, writes, deletes, renews or
+            prunes nothing, and raises ``ReplayMiss`` (its ``reason`` says
+            why: not recorded, signature does not match, corrupt, expired) for
+            a call it holds no usable decision for. Every door (single calls,
+            ``.many()``, micro-batching, the middleware) obeys it.
         stale_while_revalidate: seconds after an entry's ttl during which a
             lookup returns it at once and starts one refresh (one per process;
             one per fleet with ``leases``). See the Freshness page.
@@ -150,6 +162,8 @@ class DecisionCache:
     store_timeout: _Forwarded[float | None] = _Forwarded("guard")
     failure_threshold: _Forwarded[int] = _Forwarded("guard")
     failure_cooldown: _Forwarded[float] = _Forwarded("guard")
+    store_wait: _Forwarded[float] = _Forwarded()
+    """Seconds a miss keeps trying an unreachable store before computing (with leases)."""
 
     def __init__(
         self,
@@ -171,7 +185,8 @@ class DecisionCache:
         failure_cooldown: float = 10.0,
         max_background: int = 64,
         leases: bool = False,
-        lease_ttl: float = 10.0,
+        lease_ttl: float = 1.0,
+        store_wait: float | None = 0.0,
         audit_rate: float = 0.0,
         audit: Compare | None = None,
         on_mismatch: MismatchHook | None = None,
@@ -193,6 +208,9 @@ class DecisionCache:
             raise ValueError("max_decoded_bytes must be positive or None")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        store_wait = 0.0 if store_wait is None else float(store_wait)
+        if not 0.0 <= store_wait < float("inf"):
+            raise ValueError(f"store_wait must be zero or a positive number, got {store_wait!r}")
         if not 0.0 <= audit_rate <= 1.0:
             raise ValueError(f"audit_rate must be between 0 and 1, got {audit_rate!r}")
         freshness = Freshness.checked(
@@ -213,6 +231,8 @@ class DecisionCache:
             stats=stats,
             log=log,
         )
+        # Replay reads only: the guard refuses every other store call, whatever asks.
+        guard.read_only = mode == "replay"
         self.engine = Engine(
             chosen, guard=guard, stats=stats, log=log, secret=normalize_secret(secret)
         )
@@ -243,9 +263,11 @@ class DecisionCache:
                 concurrency=audit_concurrency,
             )
             self.engine.auditor = auditor
-            self.engine.sampler = auditor if audit_rate > 0 else None
+            # An audit runs the model and may write: never in replay.
+            self.engine.sampler = auditor if audit_rate > 0 and mode != "replay" else None
         self.leases = leases
         self.lease_ttl = lease_ttl
+        self.store_wait = store_wait
         self.use_store(chosen)
 
     @property
@@ -292,6 +314,12 @@ class DecisionCache:
                 f"mode='record' replaces what a key holds, which needs a store with "
                 f"delete(key); {type(store).__name__} has none"
             )
+        if self.mode == "replay":
+            # The store's own background writes (SQLite's prune) would delete an
+            # expired recording while it is replayed.
+            pause = getattr(store, "pause_upkeep", None)
+            if callable(pause):
+                pause()
         engine = self.engine
         engine.use(store)
         engine.leases = None
@@ -403,7 +431,8 @@ class DecisionCache:
     async def lookup(self, key: bytes) -> Decoded | None:
         """Return the live decoded decision under ``key`` and count the hit, or ``None``.
 
-        A corrupt or tampered entry is counted, deleted and reported as ``None``.
+        A corrupt or tampered entry is counted, deleted and reported as ``None``
+        (in replay, which deletes nothing, it is a ``ReplayMiss`` saying why).
         """
         return await self.engine.lookup(key)
 

@@ -17,9 +17,9 @@ non-finite floats, integers beyond 64 bits) that decoding must revive. Plain
 results skip that walk, so a hit costs one ``orjson.loads``.
 
 Inflating is bounded: a zlib body that would inflate past ``max_size`` bytes
-(``MAX_DECODED_BYTES`` by default) is a ``DecodeError``, found without inflating
-more than ``max_size + 1`` bytes, so a small planted value cannot make every
-reader allocate and parse hundreds of megabytes.
+(``MAX_DECODED_BYTES`` by default) is a ``DecodeError``, found while holding at
+most ``max_size`` bytes and one 16 KiB step of output, so a small planted value
+cannot make every reader allocate and parse hundreds of megabytes.
 
 Nothing is ever unpickled: a shared store must not be able to run code in its readers.
 """
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from .errors import DecodeError
+from .errors import DecodeError, SignatureError
 
 __all__ = [
     "MAX_DECODED_BYTES",
@@ -63,6 +63,8 @@ _TAG_KEY = "\x00t"  # a one-key dict {"\x00t": [kind, ...]} marks a tagged value
 # The largest inflated body ``decode`` accepts unless told otherwise: far above any
 # entry the engine stores by default (1 MiB), far below a decompression bomb.
 MAX_DECODED_BYTES = 64 * 1024 * 1024
+# Bytes of input fed, and of output taken, per step of a bounded inflate.
+_INFLATE_STEP = 16 * 1024
 
 
 class Decoded(NamedTuple):
@@ -103,7 +105,7 @@ def normalize_secret(secret: bytes | str | None) -> bytes | None:
     return raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
 
 
-def _sign(secret: bytes, key: bytes, header: int, body: bytes) -> bytes:
+def _sign(secret: bytes, key: bytes, header: int, body: bytes | memoryview) -> bytes:
     mac = hashlib.blake2b(key=secret, digest_size=_TAG_BYTES)
     mac.update(key)
     mac.update(bytes((header,)))
@@ -240,8 +242,14 @@ def encode(
     return bytes((header,)) + body
 
 
-def _inflate(body: bytes, max_size: int | None) -> bytes:
-    """Inflate a zlib body, refusing to produce more than ``max_size`` bytes."""
+def _inflate(body: bytes | memoryview, max_size: int | None) -> bytes:
+    """Inflate a zlib body, refusing to produce more than ``max_size`` bytes.
+
+    Bounded inflating goes ``_INFLATE_STEP`` bytes in and out at a time and keeps
+    the pieces in a list: asking zlib for ``max_size`` bytes at once grows one
+    buffer by doubling, which costs up to twice the cap before the bomb is known.
+    Refusing a bomb holds at most the cap plus one step.
+    """
     if max_size is None:
         try:
             return zlib.decompress(body)
@@ -250,16 +258,29 @@ def _inflate(body: bytes, max_size: int | None) -> bytes:
     if max_size < 0:
         raise ValueError(f"max_size must be >= 0 or None, not {max_size}")
     inflater = zlib.decompressobj()
+    pieces: list[bytes] = []
+    size = 0
+    view = memoryview(body)
     try:
-        # One byte over the cap tells "too big" from "exactly the cap" without inflating more.
-        out = inflater.decompress(body, max_size + 1)
+        for start in range(0, len(view), _INFLATE_STEP):
+            data: bytes | memoryview = view[start : start + _INFLATE_STEP]
+            while True:
+                piece = inflater.decompress(data, _INFLATE_STEP)
+                size += len(piece)
+                if size > max_size:
+                    raise DecodeError(f"value inflates past {max_size} bytes")
+                pieces.append(piece)
+                data = inflater.unconsumed_tail
+                # A full piece may leave output inside zlib even when the input is used up.
+                if inflater.eof or (not data and len(piece) < _INFLATE_STEP):
+                    break
+            if inflater.eof:
+                break
     except zlib.error as exc:
         raise DecodeError(f"corrupt value: {exc}") from None
-    if len(out) > max_size:
-        raise DecodeError(f"value inflates past {max_size} bytes")
     if not inflater.eof:
         raise DecodeError("corrupt value: incomplete or truncated zlib stream")
-    return out
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def decode_envelope(
@@ -281,21 +302,23 @@ def decode_envelope(
         # The common case: plain, unsigned, uncompressed. One loads, no copies.
         try:
             # Slicing copies; a memoryview costs more than copying a small value.
-            body = value[1:] if len(value) <= _COPY_UP_TO else memoryview(value)[1:]
-            envelope: dict[str, Any] = orjson.loads(body)
+            plain = value[1:] if len(value) <= _COPY_UP_TO else memoryview(value)[1:]
+            envelope: dict[str, Any] = orjson.loads(plain)
             envelope["v"]
         except Exception as exc:
             raise DecodeError(f"corrupt value: {exc}") from None
         return envelope
     if header & 0xF0 != _FORMAT or header & 0x08:
         raise DecodeError(f"unknown value format 0x{header:02x}")
-    body = value[1:]
+    # A large value is read through a view: a copy of a planted one would count
+    # against the memory its refusal may take.
+    body: bytes | memoryview = value[1:] if len(value) <= _COPY_UP_TO else memoryview(value)[1:]
     if secret is not None:
         if not header & _SIGNED:
-            raise DecodeError("value is not signed but a secret is set")
+            raise SignatureError("value is not signed but a secret is set")
         tag, body = body[:_TAG_BYTES], body[_TAG_BYTES:]
         if not hmac.compare_digest(tag, _sign(secret, key, header, body)):
-            raise DecodeError("value failed its HMAC check")
+            raise SignatureError("value failed its HMAC check")
     elif header & _SIGNED:
         body = body[_TAG_BYTES:]
     if header & _ZLIB:
@@ -330,8 +353,9 @@ def decode(
             value is already as large as it gets.
 
     Raises:
-        DecodeError: the value is corrupt, of an unknown format, unsigned when a
-            secret is set, its tag does not match, or it inflates past ``max_size``.
+        DecodeError: the value is corrupt, of an unknown format, or inflates
+            past ``max_size``; ``SignatureError`` (a ``DecodeError``) when it is
+            unsigned while a secret is set or its tag does not match.
         ValueError: ``max_size`` is negative (checked when a value needs inflating).
     """
     envelope = decode_envelope(value, key=key, secret=secret, max_size=max_size)

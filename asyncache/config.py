@@ -42,6 +42,13 @@ ENVIRONMENT: tuple[Setting, ...] = (
     Setting("SECRET", "secret", "str", "", "HMAC key; unsigned entries are misses"),
     Setting("MAX_ENTRY_BYTES", "max_entry_bytes", "int", "1048576", "largest stored decision"),
     Setting("STORE_TIMEOUT", "store_timeout", "seconds", "1.0", "a slower store call is a miss"),
+    Setting(
+        "STORE_WAIT",
+        "store_wait",
+        "seconds",
+        "0",
+        "with leases: how long a miss waits for an unreachable store; 0 computes at once",
+    ),
     Setting("COALESCE", "coalesce", "bool", "true", "identical misses share one computation"),
     Setting("COALESCE_TIMEOUT", "coalesce_timeout", "seconds", "300", "longest wait on a flight"),
     Setting(

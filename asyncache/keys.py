@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "KEY_SIZE",
     "KEY_VERSION",
     "PLAIN_OPTIONS",
     "KeyBuilder",
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 KEY_VERSION = "asyncache/1"
+KEY_SIZE = 16
+"""Bytes in every key the cache makes (a BLAKE2b digest of this size)."""
 
 PLAIN_OPTIONS = (
     orjson.OPT_SORT_KEYS
@@ -394,7 +397,7 @@ class KeyBuilder:
         self.fingerprint = fingerprint
         head = b"[" + orjson.dumps(KEY_VERSION) + b"," + canonical(namespace)
         head += b"," + canonical(fingerprint, name="fingerprint") + b","
-        self._scoped = hashlib.blake2b(head, digest_size=16)
+        self._scoped = hashlib.blake2b(head, digest_size=KEY_SIZE)
         self._hasher = self._scoped.copy()
         self._hasher.update(b"null,")
 

@@ -9,7 +9,9 @@ and so does the value of every query option whose name looks like a secret.
 ``redact_text`` cleans free text that may hold such a URL, or its secrets on
 their own (an error a driver raised with the password in it), given the URLs.
 
-Standard library only: anything may import this module.
+The one redactor: the CLI, the stores' URL errors (``open_store``,
+``RedisStore.from_url``, ``SQLiteStore.from_url``) and their messages all
+go through it. Standard library only: anything may import this module.
 """
 
 from __future__ import annotations

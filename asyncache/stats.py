@@ -43,6 +43,8 @@ COUNTER_MEANINGS: dict[str, str] = {
     "error_hits": "Calls answered by raising a cached error again (cache_errors, error_ttl).",
     "passes": "Requests sent straight to the app because their key was uncacheable (pass_ttl).",
     "compute_seconds_saved": "Compute seconds hits saved (each hit adds its entry's compute time).",
+    "streams": "Calls of streamed predictions (async generators), hits and misses alike.",
+    "stream_chunks": "Chunks streamed to callers' flights or replayed from the store.",
     "in_flight": "Computations running now.",
     "hit_rate": "hits / (hits + misses) since the last reset.",
 }
@@ -79,6 +81,8 @@ _COUNTERS = (
     "stale_if_error_hits",
     "error_hits",
     "passes",
+    "streams",
+    "stream_chunks",
 )
 
 
@@ -119,6 +123,8 @@ class CacheStats:
     stale_if_error_hits: int
     error_hits: int
     passes: int
+    streams: int
+    stream_chunks: int
     compute_seconds_saved: float
     lease_wait_seconds: float
 

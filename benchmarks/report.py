@@ -58,6 +58,8 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
         "Freshness: a hot key at its expiry across processes, with and without "
         "stale-while-revalidate",
     ),
+    ("faults", "Faults: a stalled cluster primary, a killed lease owner"),
+    ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
 )
 
 SIZES = (140, 2_000, 20_000)

@@ -1,9 +1,11 @@
 """The middleware: a FastAPI prediction endpoint whose repeated requests skip the model."""
 
 import asyncio
+import os
+import secrets
 
 import httpx
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Header, HTTPException
 from pydantic import BaseModel
 
 from asyncache import DecisionCache
@@ -38,7 +40,14 @@ cache = DecisionCache(fingerprint="ticket-triage-v2", ttl=3600)
 app.add_middleware(DecisionCacheMiddleware, cache=cache, routes=["/predict"], scope=tenant)
 
 
-@app.get("/cache/stats")
+def operator(authorization: str = Header("")) -> None:
+    # The counters show every tenant's traffic: serve them to operators only.
+    token = os.environ.get("CACHE_STATS_TOKEN", "")
+    if not token or not secrets.compare_digest(authorization, f"Bearer {token}"):
+        raise HTTPException(status_code=403)
+
+
+@app.get("/cache/stats", dependencies=[Depends(operator)])
 async def stats() -> dict:
     return cache_stats(cache)  # the counters, for a health route
 
@@ -70,7 +79,9 @@ async def main() -> None:
         print("burst:", sorted(reply.split()[1] for reply in replies))
         print("model calls:", model_calls)
 
-        counters = (await client.get("/cache/stats")).json()
+        os.environ.setdefault("CACHE_STATS_TOKEN", "ops-example-token")
+        operator_headers = {"authorization": f"Bearer {os.environ['CACHE_STATS_TOKEN']}"}
+        counters = (await client.get("/cache/stats", headers=operator_headers)).json()
         print({name: counters[name] for name in ("hits", "misses", "coalesced", "bypassed")})
     await cache.aclose()
 

@@ -1,12 +1,14 @@
 """The snippets of docs/middleware.md, run: a FastAPI service, tenants, admit, stats."""
 
 import asyncio
+import os
+import secrets
 from types import SimpleNamespace
 
 import httpx
 
 # --8<-- [start:fastapi]
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Header, HTTPException
 
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware, cache_stats
@@ -16,7 +18,14 @@ cache = DecisionCache(fingerprint="ticket-triage-v2", ttl=3600)
 app.add_middleware(DecisionCacheMiddleware, cache=cache, routes=["/predict"])
 
 
-@app.get("/cache/stats")
+def operator(authorization: str = Header("")) -> None:
+    """The counters show every tenant's traffic: operators only."""
+    token = os.environ.get("CACHE_STATS_TOKEN", "")
+    if not token or not secrets.compare_digest(authorization, f"Bearer {token}"):
+        raise HTTPException(status_code=403)
+
+
+@app.get("/cache/stats", dependencies=[Depends(operator)])
 async def stats() -> dict:
     return cache_stats(cache)
 
@@ -89,8 +98,14 @@ def stats_apps() -> tuple[object, object]:
 
     from asyncache.middleware import CacheStatsEndpoint
 
-    routes = [Route("/cache/stats", CacheStatsEndpoint(cache))]  # Starlette
-    app.add_route("/cache/stats", CacheStatsEndpoint(cache))  # FastAPI
+    def operator_only(scope) -> bool:
+        token = os.environ.get("CACHE_STATS_TOKEN", "")
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        return bool(token) and secrets.compare_digest(given, f"Bearer {token}".encode())
+
+    endpoint = CacheStatsEndpoint(cache, allow=operator_only)
+    routes = [Route("/cache/stats", endpoint)]  # Starlette
+    app.add_route("/cache/stats", endpoint)  # FastAPI
     # --8<-- [end:endpoint]
     from starlette.applications import Starlette
 
@@ -98,6 +113,8 @@ def stats_apps() -> tuple[object, object]:
 
 
 async def main() -> None:
+    os.environ.setdefault("CACHE_STATS_TOKEN", "ops-example-token")
+    operator_token = {"authorization": f"Bearer {os.environ['CACHE_STATS_TOKEN']}"}
     app.add_middleware(
         DecisionCacheMiddleware, cache=DecisionCache(), routes=["/admit"], admit=admit
     )
@@ -106,7 +123,9 @@ async def main() -> None:
         for _ in range(2):
             reply = await client.post("/predict", json={"text": "refund please"})
             print("fastapi:", reply.headers["x-cache"], reply.json()["label"])
-        print("stats route: hits", (await client.get("/cache/stats")).json()["hits"])
+        print("stats route without a token:", (await client.get("/cache/stats")).status_code)
+        counters = (await client.get("/cache/stats", headers=operator_token)).json()
+        print("stats route: hits", counters["hits"])
 
     scoped = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=tenant_app()), base_url="http://svc"
@@ -129,8 +148,14 @@ async def main() -> None:
     for name, served in (("starlette", starlette_app), ("fastapi", fastapi_app)):
         transport = httpx.ASGITransport(app=served)
         async with httpx.AsyncClient(transport=transport, base_url="http://svc") as probe:
-            reply = await probe.get("/cache/stats")
-            print(f"{name} endpoint:", reply.status_code, reply.headers["cache-control"])
+            refused = await probe.get("/cache/stats")
+            reply = await probe.get("/cache/stats", headers=operator_token)
+            print(
+                f"{name} endpoint:",
+                refused.status_code,
+                reply.status_code,
+                reply.headers["cache-control"],
+            )
 
 
 asyncio.run(main())

@@ -240,16 +240,28 @@ class RedisCluster:
 
 
 def start_cluster(
-    server_binary: str, cli_binary: str, workdir: Path, *, masters: int = 3, timeout: float = 60.0
+    server_binary: str,
+    cli_binary: str,
+    workdir: Path,
+    *,
+    masters: int = 3,
+    replicas: int = 0,
+    extra_args: Sequence[str] = (),
+    timeout: float = 60.0,
 ) -> RedisCluster:
-    """Start ``masters`` cluster-enabled servers, join them with ``redis-cli --cluster create``.
+    """Start ``masters`` cluster-enabled servers (and ``replicas`` replicas of each), join them
+    with ``redis-cli --cluster create``.
 
     Returns once every node reports ``cluster_state:ok`` and knows every other node.
 
     Raises:
         RuntimeError: a node did not start or the cluster did not converge in time.
     """
-    nodes = [RedisServer(server_binary, workdir, cluster=True) for _ in range(masters)]
+    count = masters * (1 + replicas)
+    nodes = [
+        RedisServer(server_binary, workdir, cluster=True, extra_args=extra_args)
+        for _ in range(count)
+    ]
     cluster = RedisCluster(nodes)
     try:
         for node in nodes:
@@ -261,7 +273,7 @@ def start_cluster(
                 "create",
                 *(f"127.0.0.1:{node.port}" for node in nodes),
                 "--cluster-replicas",
-                "0",
+                str(replicas),
                 "--cluster-yes",
             ],
             stdin=subprocess.DEVNULL,
@@ -276,7 +288,7 @@ def start_cluster(
                 + created.stderr.decode(errors="replace")
             )
         deadline = time.monotonic() + timeout
-        while not all(_cluster_ready(node.port, masters) for node in nodes):
+        while not all(_cluster_ready(node.port, count) for node in nodes):
             if time.monotonic() > deadline:
                 raise RuntimeError("the redis cluster did not reach cluster_state:ok")
             time.sleep(0.05)
@@ -286,7 +298,7 @@ def start_cluster(
     return cluster
 
 
-def _cluster_ready(port: int, masters: int) -> bool:
+def _cluster_ready(port: int, nodes: int) -> bool:
     try:
         info = send_command(port, "CLUSTER", "INFO").decode()
     except (OSError, RuntimeError):
@@ -295,7 +307,7 @@ def _cluster_ready(port: int, masters: int) -> bool:
     return (
         fields.get("cluster_state") == "ok"
         and fields.get("cluster_slots_ok") == "16384"
-        and fields.get("cluster_known_nodes") == str(masters)
+        and fields.get("cluster_known_nodes") == str(nodes)
     )
 
 

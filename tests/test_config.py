@@ -88,6 +88,7 @@ def test_unset_variables_take_their_defaults() -> None:
         "secret": None,
         "max_entry_bytes": 1048576,
         "store_timeout": 1.0,
+        "store_wait": 0.0,
         "coalesce": True,
         "coalesce_timeout": 300.0,
         "stale_while_revalidate": 0.0,
@@ -118,6 +119,12 @@ def test_freshness_settings_from_env() -> None:
     assert cache.stale_while_revalidate == 30.0
     with pytest.raises(ConfigurationError, match="no exception type"):
         settings_from_env({"ASYNCACHE_CACHE_ERRORS": "builtins.NoSuchError"})
+
+
+def test_store_wait_is_read_and_reaches_the_cache() -> None:
+    cache = DecisionCache.from_env({"ASYNCACHE_STORE_WAIT": "7.5"})
+    assert cache.store_wait == 7.5
+    assert DecisionCache.from_env({}).store_wait == 0.0
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,6 @@ CHECKS: dict[str, Check] = {
             r"^lease waits: 1$",
             r"^after a dead owner: model runs: 2 takeovers: 1 \{'other'\}$",
         ),
-        needs_modules=("aiosqlite",),
     ),
     "audit_shadow.py": Check(
         stdout=(
@@ -87,7 +86,6 @@ CHECKS: dict[str, Check] = {
             r"^urgent urgent$",
             r"^model runs on the replica: 0 hits: 2$",
         ),
-        needs_modules=("aiosqlite",),
     ),
     "prometheus_metrics.py": Check(
         stdout=(
@@ -125,20 +123,21 @@ CHECKS: dict[str, Check] = {
             r"^a DecisionStore: True$",
             r"^hits: 1 entries: 1$",
         ),
-        needs_modules=("aiosqlite", "redis"),
+        needs_modules=("redis",),
     ),
     "middleware_recipes.py": Check(
         stdout=(
             r"^fastapi: miss refund$",
             r"^fastapi: hit refund$",
+            r"^stats route without a token: 403$",
             r"^stats route: hits 1$",
             r"^tenant acme: miss$",
             r"^tenant acme: hit$",
             r"^tenant globex: miss$",
             r"^tenant mallory: bypass$",
             r"^fallback answers are not stored: \['miss', 'miss'\]$",
-            r"^starlette endpoint: 200 no-store$",
-            r"^fastapi endpoint: 200 no-store$",
+            r"^starlette endpoint: 403 200 no-store$",
+            r"^fastapi endpoint: 403 200 no-store$",
         ),
         needs_modules=("fastapi", "httpx"),
     ),
@@ -233,7 +232,16 @@ CHECKS: dict[str, Check] = {
             r"^model runs for 3 identical calls: 0$",
             r"^entries in the store: 1$",
         ),
-        needs_modules=("aiosqlite",),
+    ),
+    "streams.py": Check(
+        stdout=(
+            r"^leader:   'you asked: why cache streams '$",
+            r"^follower: 'you asked: why cache streams '$",
+            r"^follower's first token before the leader's last: True$",
+            r"^hit: \['you ', 'asked: ', 'why ', 'cache ', 'streams '\]$",
+            r"^model runs: 1$",
+            r"^\{'hits': 1, 'misses': 2, 'coalesced': 1, 'stores': 1, 'streams': 3\}$",
+        )
     ),
     "coalescing.py": Check(
         stdout=(
@@ -420,7 +428,6 @@ def _replay_in_ci(project: Path) -> str:
 
 
 def test_the_recipe_replays_the_committed_decisions(tmp_path: Path) -> None:
-    require(_module_available("aiosqlite"), "the recipe needs aiosqlite")
     project = _recipe(tmp_path, recorded=True)
     before = (project / "decisions.sqlite").read_bytes()
     _replay_in_ci(project)
@@ -429,7 +436,6 @@ def test_the_recipe_replays_the_committed_decisions(tmp_path: Path) -> None:
 
 
 def test_the_recipe_records_what_its_tests_replay(tmp_path: Path) -> None:
-    require(_module_available("aiosqlite"), "the recipe needs aiosqlite")
     project = _recipe(tmp_path, recorded=False)
     env = _recipe_env()
     env.update(ASYNCACHE_MODE="record", ASYNCACHE_STORE_URL="sqlite:///decisions.sqlite")

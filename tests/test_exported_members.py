@@ -23,7 +23,6 @@ OPTIONAL = (
     "onnx",
     "numpy",
     "redis",
-    "aiosqlite",
     "starlette",
     "fastapi",
     "uvicorn",

@@ -127,15 +127,62 @@ class TorchModel:
 
 
 def state_dict_digest(module: nn.Module) -> str:
-    """Hex digest of a module's state dict: every entry's name, dtype, shape and bytes."""
+    """Hex digest of a module's state dict: every entry's name, dtype, shape and bytes.
+
+    Quantized modules keep more than tensors there: ``quantize_dynamic``'s
+    packed parameters are tuples of a quantized weight and a bias beside a
+    ``torch.dtype``, and other quantized modules keep TorchScript objects
+    (hashed through their ``__getstate__``). Each is hashed by what it holds, so
+    the same weights quantized the same way always give the same digest.
+
+    Raises:
+        TypeError: an entry holds something that has no stable bytes; pin
+            ``fingerprint=`` instead.
+    """
     hasher = new_digest()
-    for name, tensor in sorted(module.state_dict().items()):
-        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    for name, value in sorted(module.state_dict().items()):
+        _digest_value(hasher, name, value)
+    return hasher.hexdigest()
+
+
+def _digest_value(hasher: Any, name: str, value: Any) -> None:
+    """Hash one state-dict value (a tensor, or what quantized modules keep) under ``name``."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu")
+        if tensor.is_quantized:
+            # The integers and the affine map back to reals: the quantized weight's meaning.
+            hasher.update(f"{name}\0quantized\0{tensor.qscheme()}\0".encode())
+            if tensor.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+                hasher.update(f"{tensor.q_scale()!r}\0{tensor.q_zero_point()}\0".encode())
+            else:
+                hasher.update(f"{tensor.q_per_channel_axis()}\0".encode())
+                _digest_value(hasher, f"{name}.scales", tensor.q_per_channel_scales())
+                _digest_value(hasher, f"{name}.zero_points", tensor.q_per_channel_zero_points())
+            tensor = tensor.int_repr()
+        elif tensor.layout != torch.strided:
+            tensor = tensor.to_dense()
+        flat = tensor.contiguous().reshape(-1)
         header = f"{name}\0{str(flat.dtype).removeprefix('torch.')}\0{tuple(tensor.shape)}\0"
         hasher.update(header.encode())
         # Viewed as bytes, so bfloat16 (which NumPy lacks) hashes like any dtype.
         hasher.update(flat.view(torch.uint8).numpy().data)
-    return hasher.hexdigest()
+    elif isinstance(value, tuple | list):
+        hasher.update(f"{name}\0{type(value).__name__}\0{len(value)}\0".encode())
+        for index, item in enumerate(value):
+            _digest_value(hasher, f"{name}.{index}", item)
+    elif isinstance(value, Mapping):
+        hasher.update(f"{name}\0mapping\0{len(value)}\0".encode())
+        for field in sorted(value, key=str):
+            _digest_value(hasher, f"{name}.{field}", value[field])
+    elif value is None or isinstance(value, bool | int | float | str | torch.dtype):
+        hasher.update(f"{name}\0{type(value).__name__}\0{value!r}\0".encode())
+    elif isinstance(value, torch.ScriptObject) and hasattr(value, "__getstate__"):
+        _digest_value(hasher, f"{name}.state", value.__getstate__())
+    else:
+        raise TypeError(
+            f"cannot fingerprint state-dict entry {name!r} of type {type(value).__name__}; "
+            "pass fingerprint= to TorchModel"
+        )
 
 
 def _check_device(device: str | torch.device) -> torch.device:

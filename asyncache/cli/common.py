@@ -68,7 +68,7 @@ def open_url(url: str, *, must_exist: bool = True) -> DecisionStore:
     if must_exist:
         inner = url[len("tiered+") :] if url.lower().startswith("tiered+") else url
         if inner.lower().startswith("sqlite:"):
-            # Imported here: it needs aiosqlite, which only SQLite URLs need.
+            # Imported here: only SQLite URLs need the SQLite store's package.
             from ..stores.sqlite.url import parse_url
 
             path, _ = parse_url(inner)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..codec import decode_envelope
 from ..errors import DecodeError
+from ..keys import KEY_SIZE
 from ..redact import redact_url
 from ..stores.protocol import DecisionStore, Entry, EntryScan
 from .common import USAGE, CliError
@@ -164,6 +165,13 @@ def parse_line(text: str, where: str) -> tuple[bytes, Entry]:
         expires_at = record.get("expires_at")
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
         raise CliError(f"{where}: expected key (hex) and value (base64): {exc}", USAGE) from None
+    if len(key) != KEY_SIZE:
+        # The cache makes no other key, and a store may give other lengths a meaning of
+        # its own: RedisStore's lease keys are "lease:" and a 16-byte key.
+        raise CliError(
+            f"{where}: a key is {KEY_SIZE} bytes ({2 * KEY_SIZE} hex digits), not {len(key)}",
+            USAGE,
+        )
     if expires_at is not None and (
         isinstance(expires_at, bool)
         or not isinstance(expires_at, int | float)

@@ -109,7 +109,10 @@ class Batched(Generic[B]):
             raise next(iter(stale.values()))  # the function's own results do not fit
         for key, exc in stale.items():
             why = f"a stored decision does not fit the return type: {exc!r}"
-            await self.cache.engine.discard_corrupt(key, DecodeError(why))
+            try:
+                await self.cache.engine.discard_corrupt(key, DecodeError(why))
+            except ReplayMiss as miss:  # replay deletes nothing: it says what is wrong
+                raise miss.named(self.namespace) from None
         return [rebuild(value) for value in await self._values(listed, keys, single)]
 
     async def _values(self, listed: list[Any], keys: list[bytes], single: bool) -> list[Any]:

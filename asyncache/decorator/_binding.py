@@ -205,9 +205,13 @@ class _BoundPrediction(functools.partial[Any]):
         """The 16-byte cache key this call would use."""
         return self.func.key(*self.args, *args, **kwargs)  # type: ignore[attr-defined, no-any-return]
 
-    async def uncached(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the method without reading or writing the cache."""
-        return await self.func.uncached(*self.args, *args, **kwargs)  # type: ignore[attr-defined]
+    def uncached(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the method without reading or writing the cache.
+
+        What the method returns, as it returns it: a coroutine to await, or the stream
+        of an async generator method to iterate.
+        """
+        return self.func.uncached(*self.args, *args, **kwargs)  # type: ignore[attr-defined]
 
 
 class CachedMethod:

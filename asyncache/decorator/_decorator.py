@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -21,14 +21,23 @@ from ..cache import DecisionCache
 from ..engine import MISS, Freshness, overridden
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
+from ..stores import entries_of
 from ._binding import Binder, CachedMethod
-from ._returns import Rebuild, caller_names, rebuilder
+from ._returns import Rebuild, caller_names, rebuilder, streams
+from ._streaming import streamed
 
 if TYPE_CHECKING:
     from ..offload import Offload
     from ._batching import BatchedPrediction
 
-__all__ = ["BoundPrediction", "CachedPrediction", "cached_prediction"]
+__all__ = [
+    "BoundPrediction",
+    "BoundStream",
+    "CachedPrediction",
+    "CachedStream",
+    "Decorator",
+    "cached_prediction",
+]
 
 P = ParamSpec("P")
 P2 = ParamSpec("P2")
@@ -82,6 +91,58 @@ class CachedPrediction(Protocol[P, R_co]):
     ) -> BoundPrediction[P2, R_co]: ...
 
 
+class BoundStream(Protocol[P, R_co]):
+    """A cached streaming method bound to its instance: ``self`` is passed for you."""
+
+    cache: DecisionCache
+    namespace: str
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]: ...
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
+        """The 16-byte cache key this call would use."""
+        ...
+
+    def uncached(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]:
+        """Stream from the method without reading or writing the cache."""
+        ...
+
+
+class CachedStream(Protocol[P, R_co]):
+    """What ``@cached_prediction`` returns for an async generator function: it streams
+    the same chunks (a miss live, a hit replayed), with the helpers of a cached function."""
+
+    cache: DecisionCache
+    namespace: str
+    __wrapped__: Callable[..., Any]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]: ...
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
+        """The 16-byte cache key this call would use."""
+        ...
+
+    def uncached(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]:
+        """Stream from the function without reading or writing the cache."""
+        ...
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any], /) -> Self: ...
+    @overload
+    def __get__(
+        self: CachedStream[Concatenate[S, P2], R_co], instance: S, owner: Any = None, /
+    ) -> BoundStream[P2, R_co]: ...
+
+
+class Decorator(Protocol):
+    """``cached_prediction(cache, ...)``: decorates an async function or an async generator."""
+
+    @overload
+    def __call__(self, fn: Callable[P, AsyncIterator[R]], /) -> CachedStream[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> CachedPrediction[P, R]: ...
+
+
 @overload
 def cached_prediction(
     cache: DecisionCache,
@@ -122,7 +183,9 @@ def cached_prediction(
     jitter: float | None = ...,
     cache_errors: tuple[type[BaseException], ...] | None = ...,
     error_ttl: float | None = ...,
-) -> Callable[[Callable[P, Awaitable[R]]], CachedPrediction[P, R]]: ...
+    pace: bool = ...,
+    max_chunks: int = ...,
+) -> Decorator: ...
 
 
 @overload
@@ -165,6 +228,8 @@ def cached_prediction(
     jitter: float | None = None,
     cache_errors: tuple[type[BaseException], ...] | None = None,
     error_ttl: float | None = None,
+    pace: bool = False,
+    max_chunks: int = 10_000,
 ) -> Callable[[Callable[P, Any]], Any]:
     """Cache a prediction function's results by its arguments.
 
@@ -173,6 +238,12 @@ def cached_prediction(
     fingerprint (``__cache_fingerprint__`` or ``fingerprint``), so two instances
     holding different models never share a decision (see ``asyncache.decorator._binding``);
     a first parameter named ``cls`` is left out of the key.
+
+    An async generator function (or an async function annotated to return an
+    ``AsyncIterator``) is cached as one decision made of chunks: a miss streams
+    live to its caller and to identical concurrent callers, a hit replays the
+    chunks, and the whole stream is stored once it ended normally (see the
+    decorator docs, "Streams").
 
     A result comes back with the type the return annotation declares, on a
     miss, a hit and with the cache disabled alike: dataclasses, NamedTuples,
@@ -212,6 +283,10 @@ def cached_prediction(
         jitter: this function's own ttl jitter (a fraction).
         cache_errors: exception types of this function that are remembered.
         error_ttl: seconds this function's cached errors live.
+        pace: on a streamed result (an async generator), replay a hit over the
+            time the stream took to produce, spread evenly, instead of at once.
+        max_chunks: on a streamed result, past this many chunks the stream is
+            not stored (its readers still get it all).
 
     Raises:
         TypeError: a sync function without ``offload``, or a return annotation
@@ -255,6 +330,8 @@ def cached_prediction(
         return decorate_batch
 
     def decorate(fn: Callable[P, Any]) -> CachedPrediction[P, Any]:
+        if streams(fn):
+            return _streamed(fn, caller_names())  # type: ignore[no-any-return]
         is_async = inspect.iscoroutinefunction(fn)
         if not is_async and offload is None:
             raise TypeError(
@@ -289,7 +366,7 @@ def cached_prediction(
             return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
 
         if rebuild is not None:
-            wrapper = _typed(fn, wrapper, rebuild, cache, make_key)
+            wrapper = _typed(fn, wrapper, rebuild, cache, make_key, name)
 
         async def uncached(*args: Any, **kwargs: Any) -> Any:
             return await raw(*args, **kwargs)
@@ -303,6 +380,45 @@ def cached_prediction(
             # attributes cannot: methods get a descriptor that binds all three.
             return CachedMethod(wrapper)  # type: ignore[return-value]
         return wrapper  # type: ignore[return-value]
+
+    def _streamed(fn: Callable[P, Any], localns: Any) -> Any:
+        if offload is not None:
+            raise TypeError(
+                f"{fn.__qualname__} streams its result (an async generator): it runs on the "
+                "event loop, so offload= does not apply; offload its steps inside it instead"
+            )
+        awaited = not inspect.isasyncgenfunction(fn)
+        rebuild = decode or rebuilder(fn, chunk=True, localns=localns)
+        binder: Binder[P] = Binder(fn, ignore)
+        name = namespace or f"{fn.__module__}.{fn.__qualname__}"
+        builder = cache.key_builder(name, fingerprint)
+        wrapper = streamed(
+            fn,
+            cache,
+            binder,
+            name=name,
+            key=key,
+            scope=scope,
+            builder=builder,
+            encode=encode,
+            rebuild=rebuild,
+            awaited=awaited,
+            pace=pace,
+            freshness=policy,
+            max_chunks=max_chunks,
+        )
+
+        def make_key(*args: Any, **kwargs: Any) -> bytes:
+            inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
+            return builder.key(inputs, scope(*args, **kwargs) if scope is not None else None)
+
+        wrapper.cache = cache  # type: ignore[attr-defined]
+        wrapper.namespace = name  # type: ignore[attr-defined]
+        wrapper.key = make_key  # type: ignore[attr-defined]
+        wrapper.uncached = fn  # type: ignore[attr-defined]
+        if binder.method:
+            return CachedMethod(wrapper)
+        return wrapper
 
     return decorate
 
@@ -364,7 +480,9 @@ def _wrap(
             value = hit_now(cache_key)
             if value is not MISS:
                 return value
-            return await compute(cache_key, inputs, args, kwargs)
+            # What this call stores counts against its scope's budget in a memory store.
+            with entries_of(where):
+                return await compute(cache_key, inputs, args, kwargs)
 
     return wrapper
 
@@ -391,12 +509,14 @@ def _typed(
     rebuild: Rebuild,
     cache: DecisionCache,
     make_key: Callable[..., bytes],
+    name: str,
 ) -> Callable[..., Awaitable[Any]]:
     """``plain``, its answers rebuilt into the declared type (only functions that need it).
 
     A stored decision that no longer fits the type (a field added to the
     dataclass since it was stored) is a corrupt entry: deleted, counted, and
-    computed again; a fresh result that does not fit its annotation raises.
+    computed again (in replay, a ``ReplayMiss`` saying so); a fresh result
+    that does not fit its annotation raises.
     """
 
     @functools.wraps(fn)
@@ -408,7 +528,10 @@ def _typed(
             if not cache.enabled:
                 raise  # the function's own result: nothing stored to blame
             stale = DecodeError(f"the stored decision does not fit the return type: {exc!r}")
-            await cache.engine.discard_corrupt(make_key(*args, **kwargs), stale)
+            try:
+                await cache.engine.discard_corrupt(make_key(*args, **kwargs), stale)
+            except ReplayMiss as miss:
+                raise miss.named(name) from None
         return rebuild(await plain(*args, **kwargs))
 
     return typed

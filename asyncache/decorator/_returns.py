@@ -20,9 +20,11 @@ refactors, and the type a caller gets is the type its type checker saw.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import datetime
 import enum
+import inspect
 import sys
 import types
 import typing
@@ -30,7 +32,7 @@ import uuid
 from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, Sequence
 from typing import Any
 
-__all__ = ["Rebuild", "caller_names", "rebuild_each", "rebuilder"]
+__all__ = ["Rebuild", "caller_names", "chunk_type", "rebuild_each", "rebuilder", "streams"]
 
 Rebuild = Callable[[Any], Any]
 
@@ -93,7 +95,11 @@ class _Context:
 
 
 def rebuilder(
-    fn: Callable[..., Any], *, item: bool = False, localns: Mapping[str, Any] | None = None
+    fn: Callable[..., Any],
+    *,
+    item: bool = False,
+    chunk: bool = False,
+    localns: Mapping[str, Any] | None = None,
 ) -> Rebuild | None:
     """The rebuild of ``fn``'s return annotation, or ``None`` when none is needed.
 
@@ -101,6 +107,8 @@ def rebuilder(
         fn: the decorated function.
         item: the function returns a list of results (``batch=True``): rebuild
             its element type.
+        chunk: the function streams its result (``AsyncIterator[T]``,
+            ``AsyncGenerator[T, None]``): rebuild each chunk, a ``T``.
         localns: names the annotations may use besides the function's globals
             (the scope the function was decorated in).
 
@@ -114,16 +122,16 @@ def rebuilder(
     if "return" not in getattr(target, "__annotations__", {}):
         return None
     try:
-        return _resolve(target, item, context)
+        return _resolve(target, item, context, chunk)
     except _NotYet:
-        return _later(target, item, context)
+        return _later(target, item, context, chunk)
 
 
 class _NotYet(Exception):
     """An annotation names what is not defined yet."""
 
 
-def _later(target: Callable[..., Any], item: bool, context: _Context) -> Rebuild:
+def _later(target: Callable[..., Any], item: bool, context: _Context, chunk: bool) -> Rebuild:
     """A rebuild that resolves the annotation on its first use (a forward reference)."""
     resolved: list[Rebuild | None] = []
 
@@ -131,21 +139,60 @@ def _later(target: Callable[..., Any], item: bool, context: _Context) -> Rebuild
         if not resolved:
             context.lazy = False
             context.building.clear()
-            resolved.append(_resolve(target, item, context))
+            resolved.append(_resolve(target, item, context, chunk))
         chosen = resolved[0]
         return value if chosen is None else chosen(value)
 
     return rebuild
 
 
-def _resolve(target: Callable[..., Any], item: bool, context: _Context) -> Rebuild | None:
+def _resolve(
+    target: Callable[..., Any], item: bool, context: _Context, chunk: bool = False
+) -> Rebuild | None:
     returned = context.hints(target).get("return", Any)
+    if chunk:
+        returned = chunk_type(returned)
     if item:
         origin = typing.get_origin(returned)
         if origin not in _LISTS:
             return None  # a batch function annotated loosely: its items are what they are
         (returned,) = typing.get_args(returned) or (Any,)
     return _build(returned, context)
+
+
+_STREAMS = {
+    collections.abc.AsyncIterator,
+    collections.abc.AsyncIterable,
+    collections.abc.AsyncGenerator,
+}
+
+
+def chunk_type(returned: Any) -> Any:
+    """The chunk type of a streamed result's annotation (``AsyncIterator[T]`` gives ``T``);
+    ``Any`` when the annotation does not say."""
+    if typing.get_origin(returned) in _STREAMS:
+        args = typing.get_args(returned)
+        if args:
+            return args[0]
+    return Any
+
+
+def streams(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` streams its result: an async generator function, or an async
+    function annotated to return an ``AsyncIterator`` (awaited, it gives the stream)."""
+    if inspect.isasyncgenfunction(fn):
+        return True
+    if not inspect.iscoroutinefunction(fn):
+        return False
+    returned = getattr(fn, "__annotations__", {}).get("return")
+    if isinstance(returned, str):
+        # Not resolved yet (``from __future__ import annotations``): the name says enough.
+        return returned.split("[", 1)[0].rsplit(".", 1)[-1] in {
+            "AsyncIterator",
+            "AsyncIterable",
+            "AsyncGenerator",
+        }
+    return typing.get_origin(returned) in _STREAMS or returned in _STREAMS
 
 
 def _build(tp: Any, context: _Context) -> Rebuild | None:

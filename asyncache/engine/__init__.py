@@ -7,6 +7,7 @@ here, never from its underscore modules. Its modules:
 - ``_engine``: ``Engine``, the path itself: the hit, the miss and its flight,
   admitting, encoding and adding a decision, the mode branches, renewals;
 - ``_many``: the same path for many keys at once (``.many()``, micro-batches);
+- ``_streams``: the same path for a streamed decision (chunks shared live on its flight);
 - ``_flights``: the one coalescing table (a flight per missed key);
 - ``_freshness``: fresh, stale-while-revalidate, stale-if-error, gone; jitter
   and cached errors;
@@ -26,6 +27,7 @@ from ._engine import (
     AdmitHook,
     Engine,
     Fingerprint,
+    Fresh,
     Source,
     TtlHook,
     Unshared,
@@ -46,6 +48,7 @@ from ._runtime import (
     wait_for,
 )
 from ._stream import MAX_PIECES, Broadcast, Framing, Reader
+from ._streams import cached_stream
 from ._warm import WarmSummary, warm
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "Fingerprint",
     "Flight",
     "Framing",
+    "Fresh",
     "Freshness",
     "Leases",
     "MismatchHook",
@@ -70,6 +74,7 @@ __all__ = [
     "TtlHook",
     "Unshared",
     "WarmSummary",
+    "cached_stream",
     "cancel_and_wait",
     "cancelled",
     "error_for_caller",

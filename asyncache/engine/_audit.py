@@ -21,7 +21,7 @@ from typing import Any
 from ..codec import Decoded, round_trip
 from ..errors import DecodeError
 from ..keys import canonical
-from ._engine import Engine, Unshared
+from ._engine import Engine, Unshared, lifetime, unwrap
 
 __all__ = ["Auditor", "Compare", "MismatchHook", "same_decision"]
 
@@ -103,7 +103,7 @@ class Auditor:
         try:
             # Decoded again here: the caller owns (and may mutate) the copy it was given.
             stored = engine.decode(key, value).value
-            fresh = await compute()
+            fresh = unwrap(await compute())
             self.judge(key, inputs, stored, fresh, shadow=False)
         except asyncio.CancelledError:
             raise
@@ -122,6 +122,7 @@ class Auditor:
         if isinstance(fresh, Unshared):
             engine.stats.not_admitted += 1
             return fresh.value
+        fresh, fresh_for = lifetime(fresh)
         stored: Decoded | None = None
         if entry is not None:
             try:
@@ -130,7 +131,9 @@ class Auditor:
                 await engine.discard_corrupt(key, exc)
         self.judge_shadow(key, inputs, stored, fresh)
         if stored is None:
-            await engine.store_result(key, fresh, inputs=inputs, compute_seconds=seconds)
+            await engine.store_result(
+                key, fresh, inputs=inputs, compute_seconds=seconds, fresh_for=fresh_for
+            )
         return fresh
 
     def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:

@@ -25,6 +25,11 @@ The modes are decided in one place, ``Engine.mode``: ``live`` serves hits,
 and serves nothing from the store, ``record`` computes and replaces, ``replay``
 only reads, and ``off`` (a disabled cache) computes without the store. The
 many-keys path reads the same attribute.
+
+Replay never writes, whatever it finds: a corrupt or foreign-signed entry is a
+``ReplayMiss`` that says so (``refusal``), never deleted; hits are not renewed;
+the guard refuses every write (``StoreGuard.read_only``) and the store's own
+upkeep is paused (``DecisionCache.use_store``).
 """
 
 from __future__ import annotations
@@ -34,18 +39,18 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from ..codec import Decoded, decode, encode
-from ..errors import DecodeError, ReplayMiss
+from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
 from ..keys import canonical
 from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
 from ._freshness import ErrorHit, Freshness, StaleHit, error_name, overridden, revive_error
-from ._guard import StoreGuard
+from ._guard import StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
 
@@ -55,6 +60,7 @@ __all__ = [
     "Engine",
     "Fingerprint",
     "FlightObserver",
+    "Fresh",
     "LeaseAttempt",
     "Leasing",
     "Mode",
@@ -97,9 +103,34 @@ class Unshared(Generic[T]):
         self.value = value
 
 
+class Fresh(Generic[T]):
+    """A result that says how long it stays fresh: stored for at most ``seconds``.
+
+    A ``compute`` returns one when what it produced carries its own lifetime
+    (the middleware's response with ``Cache-Control: max-age`` or
+    ``Expires``). The entry's ttl is the smaller of the cache's and
+    ``seconds``, and a hit never renews it: a renewal would serve it past the
+    lifetime it gave. ``seconds <= 0`` stores nothing.
+    """
+
+    __slots__ = ("seconds", "value")
+
+    def __init__(self, value: T, seconds: float) -> None:
+        self.value = value
+        self.seconds = seconds
+
+
 def unwrap(result: Any) -> Any:
-    """The value a compute produced, whether or not it came as ``Unshared``."""
-    return result.value if type(result) is Unshared else result
+    """The value a compute produced, whether or not it came as ``Unshared`` or ``Fresh``."""
+    kind = type(result)
+    return result.value if kind is Unshared or kind is Fresh else result
+
+
+def lifetime(result: Any) -> tuple[Any, float | None]:
+    """A computed result and the lifetime it gave (``Fresh``), or ``None``."""
+    if type(result) is Fresh:
+        return result.value, result.seconds
+    return result, None
 
 
 class Engine:
@@ -138,6 +169,8 @@ class Engine:
         self.mode: Mode = "live"
         self.coalesce = True
         self.coalesce_timeout: float | None = 300.0
+        # With leases: seconds a miss keeps trying a store that fails before computing.
+        self.store_wait = 0.0
         self.ttl: float | TtlHook | None = None
         self.admit: AdmitHook | None = None
         self.renew_on_hit = False
@@ -306,7 +339,11 @@ class Engine:
         A corrupt entry is counted, dropped and ``None``; so is a cached error.
         An entry within its stale-while-revalidate window is returned (and
         counted as a stale hit) but not refreshed: there is nothing to compute with.
+
+        Raises:
+            ReplayMiss: in replay, a corrupt entry (left as it was).
         """
+        new_request()
         entry = await self.store_get(key)
         if entry is None:
             return None
@@ -349,6 +386,7 @@ class Engine:
                 middleware audits only routes that say they may be re-run).
             source: told where the answer came from when ``compute`` did not run.
         """
+        new_request()
         mode = self.mode
         if mode != "live" and mode != "replay":
             return await self._unserved(mode, key, compute, inputs)  # type: ignore[no-any-return]
@@ -369,6 +407,9 @@ class Engine:
             try:
                 value = self.hit(key, entry)
             except DecodeError as exc:
+                if mode == "replay":
+                    self.stats.corrupt += 1
+                    raise await self.refusal(key, inputs, exc) from None
                 await self.discard_corrupt(key, exc)
             except StaleHit as found:
                 if found.revalidate:
@@ -402,6 +443,7 @@ class Engine:
         ``recompute``: what an audit of the hit runs (no audit without it).
 
         Raises:
+            ReplayMiss: in replay, an entry that cannot be used, saying why (it stays).
             Exception: a cached error (``cache_errors``), raised again.
         """
         entry = self._peek(key) if self._peek is not None else None
@@ -412,6 +454,9 @@ class Engine:
         try:
             value = self.hit(key, entry)
         except DecodeError as exc:
+            if self.mode == "replay":
+                self.stats.corrupt += 1
+                raise await self.refusal(key, inputs, exc) from None
             await self.discard_corrupt(key, exc)
             return MISS
         except StaleHit as stale:
@@ -444,7 +489,7 @@ class Engine:
         """
         self.stats.misses += 1
         if self.mode == "replay":
-            raise replay_miss(key, inputs)
+            raise await self.refusal(key, inputs)
         replacing = None if stale is None else stale.entry.value
         try:
             if not self.coalesce:
@@ -452,10 +497,8 @@ class Engine:
                 return value  # type: ignore[no-any-return]
             flight = self.flights.get(key)
             if flight is None:
-                flight = self.flights.claim(key)
-                flight.stream = stream
-                self.flights.launch(
-                    flight, self._fly(key, flight, compute, inputs, source, replacing)
+                flight = self.take_off(
+                    key, compute, inputs, source=source, stream=stream, replacing=replacing
                 )
                 if flight.task is not None:  # asyncio (a trio flight has no task)
                     # The flight's first step runs just before this caller's next: a model
@@ -497,6 +540,29 @@ class Engine:
         if source is not None:
             source("stale")
         return stale.value
+
+    def take_off(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any = None,
+        *,
+        source: Source | None = None,
+        stream: Any = None,
+        replacing: bytes | None = None,
+    ) -> Flight[Any]:
+        """Claim ``key``'s flight (no flight may be running for it) and launch its computation.
+
+        Synchronous: a caller that runs next finds the flight (and its ``stream``),
+        though the computation has not started yet. ``miss`` takes off this way; a
+        door that must be found before it first awaits (the stream door) calls it
+        itself, counts its miss, and waits for ``flight.done``. ``replacing``: the
+        stale entry the store still holds under ``key`` (see ``miss``).
+        """
+        flight = self.flights.claim(key)
+        flight.stream = stream
+        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source, replacing))
+        return flight
 
     def streaming(self, key: bytes) -> Flight[Any] | None:
         """The flight of ``key`` if its pieces can still be read live by one more caller.
@@ -655,8 +721,14 @@ class Engine:
         if isinstance(result, Unshared):
             self.stats.not_admitted += 1
             return result.value, False
+        result, fresh_for = lifetime(result)
         stored = await self.store_result(
-            key, result, inputs=inputs, compute_seconds=seconds, replacing=replacing
+            key,
+            result,
+            inputs=inputs,
+            compute_seconds=seconds,
+            replacing=replacing,
+            fresh_for=fresh_for,
         )
         return stored, True
 
@@ -711,18 +783,61 @@ class Engine:
 
         Stores keep the first decision (``add``), so the old entry is deleted
         first; a writer that adds between the two wins, as it would in live mode.
+
+        Raises:
+            StoreError: the decision could not be written (``replace``).
         """
         result, seconds = await self.timed(compute)
         if isinstance(result, Unshared):
             self.stats.not_admitted += 1
             return result.value
-        prepared = self.prepare(key, result, inputs, seconds)
+        result, fresh_for = lifetime(result)
+        prepared = self.prepare(key, result, inputs, seconds, fresh_for)
         if prepared is None:
             return result
         value, expires_at = prepared
-        await self.delete_entry(key)
-        entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+        [entry] = await self.replace([(key, value, expires_at)])
         return self.winner(key, value, entry, result)
+
+    async def replace(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
+        """Record mode's write: delete what each key held, then add its new decision.
+
+        Where live mode counts a failed write and goes on, a recording is
+        complete or it fails. Its calls skip the guard's timeout and cool-down:
+        they wait as long as the store's own bounds allow (SQLite's
+        ``busy_timeout``, Redis's socket timeouts), and one that fails raises,
+        so the recording never silently keeps an old decision or lacks a new one.
+
+        Raises:
+            StoreError: a decision could not be written.
+        """
+        store = self.store
+        delete = store.delete  # type: ignore[attr-defined]  # checked by use_store
+        await self._recording(
+            "delete", items, lambda: asyncio.gather(*(delete(k) for k, _, _ in items))
+        )
+        if len(items) == 1:
+            key, value, expires_at = items[0]
+            return [await self._recording("add", items, lambda: store.add(key, value, expires_at))]
+        return list(await self._recording("add_many", items, lambda: store.add_many(items)))
+
+    async def _recording(
+        self,
+        what: str,
+        items: Sequence[tuple[bytes, bytes, float | None]],
+        call: Callable[[], Awaitable[T]],
+    ) -> T:
+        """One store call of a recording: its result, or ``StoreError`` (counted and logged)."""
+        try:
+            return await call()
+        except Exception as exc:
+            self.guard.failed(what, exc)
+            first = items[0][0].hex()
+            more = f" and {len(items) - 1} more" if len(items) > 1 else ""
+            raise StoreError(
+                f"record: the store's {what} failed for key {first}{more} ({exc}); "
+                "the recording is incomplete"
+            ) from exc
 
     def adopt(self, key: bytes, entry: Entry) -> Any:
         """The value of an entry another process stored while we waited on its lease.
@@ -761,6 +876,7 @@ class Engine:
         inputs: Any = None,
         compute_seconds: float = 0.0,
         replacing: bytes | None = None,
+        fresh_for: float | None = None,
     ) -> T:
         """Admit, encode and add ``result``; return the decision that won.
 
@@ -769,8 +885,9 @@ class Engine:
         kept (ttl, ``admit``, size, encoding, store failure) is returned as is.
         With ``replacing`` (the stale entry's value the caller read), the result
         replaces that entry only if it is still there (``replace_entry``).
+        ``fresh_for`` caps the ttl (``Fresh``).
         """
-        prepared = self.prepare(key, result, inputs, compute_seconds)
+        prepared = self.prepare(key, result, inputs, compute_seconds, fresh_for)
         if prepared is None:
             return result
         value, expires_at = prepared
@@ -819,15 +936,32 @@ class Engine:
         await self.guard.call("add", lambda: self.store.add(key, value, now + ttl))
 
     def prepare(
-        self, key: bytes, result: Any, inputs: Any, compute_seconds: float
+        self,
+        key: bytes,
+        result: Any,
+        inputs: Any,
+        compute_seconds: float,
+        fresh_for: float | None = None,
     ) -> tuple[bytes, float | None] | None:
-        """Encode ``result`` for the store, or ``None`` when it must not be kept."""
+        """Encode ``result`` for the store, or ``None`` when it must not be kept.
+
+        ``fresh_for`` (the result's own lifetime, ``Fresh``) caps the ttl, and
+        the envelope then carries no ttl, so that no hit renews the entry.
+
+        Raises:
+            StoreError: in record mode, a result that cannot be stored (it does
+                not encode, or is over ``max_entry_bytes``): a recording
+                without it would be incomplete. ``ttl`` and ``admit`` refusals
+                are the user's choice, and are not errors.
+        """
         try:
             ttl = self.ttl
             if callable(ttl):
                 ttl = ttl(inputs, result)
             if ttl == math.inf:
                 ttl = None  # the same "no expiry" on every store
+            if fresh_for is not None and (ttl is None or not fresh_for >= ttl):
+                ttl = fresh_for  # NaN too: refused below
             freshness = self.policy()
             if ttl is not None and ttl > 0:
                 ttl = freshness.spread(ttl)
@@ -847,7 +981,7 @@ class Engine:
         try:
             value = encode(
                 result,
-                ttl=ttl,
+                ttl=ttl if fresh_for is None else None,
                 created_at=now,
                 compute_seconds=compute_seconds,
                 key=key,
@@ -858,6 +992,11 @@ class Engine:
         except (TypeError, ValueError) as exc:
             self.stats.unencodable += 1
             kind = type(result).__qualname__
+            if self.mode == "record":
+                raise StoreError(
+                    f"record: a result of type {kind} cannot be stored ({exc}) for key "
+                    f"{key.hex()}; the recording is incomplete"
+                ) from exc
             if kind not in self._unencodable_warned:
                 self._unencodable_warned.add(kind)
                 logger.warning(
@@ -866,6 +1005,11 @@ class Engine:
             return None
         if len(value) > self.max_entry_bytes:
             self.stats.too_large += 1
+            if self.mode == "record":
+                raise StoreError(
+                    f"record: the decision for key {key.hex()} encodes to {len(value)} bytes, "
+                    f"over max_entry_bytes={self.max_entry_bytes}; the recording is incomplete"
+                )
             return None
         if ttl is None:
             return value, None
@@ -899,24 +1043,33 @@ class Engine:
         return await self.guard.call("get", lambda: self.store.get(key))
 
     async def discard_corrupt(self, key: bytes, exc: DecodeError) -> None:
-        """Count a corrupt entry and delete it."""
+        """Count a corrupt entry and delete it.
+
+        Raises:
+            ReplayMiss: in replay, which deletes nothing: the entry is left as recorded.
+        """
         self.stats.corrupt += 1
+        if self.mode == "replay":
+            raise await self.refusal(key, _UNKNOWN, exc) from None
         self.log.warning("corrupt", "asyncache: dropping an entry that does not decode: %s", exc)
         # Awaited, not backgrounded: the add that follows must not find it.
         await self.delete_entry(key)
 
     async def delete_entry(self, key: bytes) -> None:
-        """The store's ``delete`` (optional: see ``DecisionStore``), guarded."""
+        """The store's ``delete`` (optional: see ``DecisionStore``), guarded; never in replay."""
         delete = getattr(self.store, "delete", None)
-        if delete is not None:
+        if delete is not None and self.mode != "replay":
             await self.guard.call("delete", lambda: delete(key))
 
     def maybe_renew(
         self, key: bytes, entry: Entry, ttl: float | None, windows: float = 0.0
     ) -> None:
         """Push a fresh hit's expiry out by its ttl, at most once every ttl/16, in the
-        background; an entry kept for stale windows keeps them after its new ttl."""
-        if ttl is None or ttl <= 0 or entry.expires_at is None:
+        background; an entry kept for stale windows keeps them after its new ttl.
+
+        Never in replay: a recording's expiries stay as they were recorded.
+        """
+        if ttl is None or ttl <= 0 or entry.expires_at is None or self.mode == "replay":
             return
         now = time.time()
         if ttl - (entry.expires_at - windows - now) < ttl / 16:
@@ -934,6 +1087,24 @@ class Engine:
         finally:
             self._renewing.discard(key)
 
+    async def refusal(self, key: bytes, inputs: Any, exc: DecodeError | None = None) -> ReplayMiss:
+        """The ``ReplayMiss`` for a replayed call with no usable decision, saying why.
+
+        ``exc`` is why the entry found did not decode; without one, the store
+        is asked (when it can say: ``expired_at``) whether it holds the key expired.
+        """
+        if isinstance(exc, SignatureError):
+            return replay_miss(key, inputs, "signature does not match", str(exc))
+        if exc is not None:
+            return replay_miss(key, inputs, "corrupt", str(exc))
+        expired_at = getattr(self.store, "expired_at", None)
+        if expired_at is not None:
+            when = await self.guard.call("get", lambda: expired_at(key))
+            if when is not None:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+                return replay_miss(key, inputs, "expired", f"at {stamp}")
+        return replay_miss(key, inputs)
+
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
         return spawn(work, self.background)
@@ -942,17 +1113,34 @@ class Engine:
         """Finish background work and cancel running computations; the store stays open."""
         self.closed = True
         if self.background:
-            await asyncio.gather(*list(self.background), return_exceptions=True)
+            # Only this loop's: another loop's tasks (a thread's own asyncio.run) end with it.
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # trio: background work runs as system tasks
+                loop = None
+            mine = [task for task in self.background if task.get_loop() is loop]
+            if mine:
+                await asyncio.gather(*mine, return_exceptions=True)
         await self.flights.aclose()
+        if self.leases is not None:
+            await self.leases.aclose()
 
 
-def replay_miss(key: bytes, inputs: Any) -> ReplayMiss:
-    """The error of ``mode="replay"`` for a key the store does not hold."""
+# The inputs of a call the caller cannot name (a corrupt entry found by key alone).
+_UNKNOWN: Any = object()
+
+
+def replay_miss(
+    key: bytes, inputs: Any, reason: str = "not recorded", detail: str | None = None
+) -> ReplayMiss:
+    """The error of ``mode="replay"`` for a key it holds no usable decision for."""
     try:
+        if inputs is _UNKNOWN:
+            raise TypeError
         digest = hashlib.blake2b(canonical(inputs), digest_size=6).hexdigest()
     except TypeError:
         digest = key[:6].hex()
-    return ReplayMiss(None, digest, key)
+    return ReplayMiss(None, digest, key, reason, detail)
 
 
 # -- what the engine needs of its optional parts -------------------------------
@@ -1035,4 +1223,8 @@ class Leasing(Protocol):
 
     async def finish(self, key: bytes, token: bytes | None) -> None:
         """Release a lease ``begin`` took."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop renewing the leases still held."""
         ...

@@ -21,7 +21,15 @@ import copy
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
-from ._runtime import cancel_and_wait, cancelled, is_cancellation, new_event, spawn, wait_for
+from ._runtime import (
+    cancel_and_wait,
+    cancelled,
+    current_loop,
+    is_cancellation,
+    new_event,
+    spawn,
+    wait_for,
+)
 
 __all__ = ["Flight", "FlightTable", "copy_for_caller", "error_for_caller"]
 
@@ -85,29 +93,69 @@ class Flight(Generic[T]):
         return await wait_for(self.done, timeout)
 
 
-class FlightTable(Generic[T]):
-    """The flights running in one event loop, by key."""
+class _LoopFlights(Generic[T]):
+    """One event loop's flights by key, and the tasks that compute them."""
 
-    __slots__ = ("_flights", "_tasks")
+    __slots__ = ("flights", "loop", "tasks")
+
+    def __init__(self, loop: object) -> None:
+        self.loop = loop
+        self.flights: dict[bytes, Flight[T]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+
+class FlightTable(Generic[T]):
+    """The flights running in each event loop, by key.
+
+    One cache may serve several event loops at once (threads each running
+    ``asyncio.run``): a flight's event wakes only callers of its own loop, so
+    each loop has flights of its own and coalesces its own callers, and the
+    store's ``add`` (first decision wins) settles what every loop keeps. A
+    loop's table is touched only from that loop's thread; the table of tables
+    changes only when a loop starts or ends its first or last flight.
+    """
+
+    __slots__ = ("_loops",)
 
     def __init__(self) -> None:
-        self._flights: dict[bytes, Flight[T]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._loops: dict[object, _LoopFlights[T]] = {}
 
     def __len__(self) -> int:
-        return len(self._flights)
+        return sum(len(here.flights) for here in list(self._loops.values()))
+
+    def _here(self) -> _LoopFlights[T]:
+        """The running loop's flights, made when it has none."""
+        loop = current_loop()
+        here = self._loops.get(loop)
+        if here is None:
+            # A loop that closed with flights left (their tasks never ran) is gone for good.
+            for gone in [
+                other
+                for other in list(self._loops.values())
+                if isinstance(other.loop, asyncio.AbstractEventLoop) and other.loop.is_closed()
+            ]:
+                self._loops.pop(gone.loop, None)
+            here = self._loops[loop] = _LoopFlights(loop)
+        return here
+
+    def _idle(self, here: _LoopFlights[T]) -> None:
+        """Forget a loop that has no flight and no task left (it may never run again)."""
+        if not here.flights and not here.tasks and self._loops.get(here.loop) is here:
+            del self._loops[here.loop]
 
     def keys(self) -> list[bytes]:
-        """The keys being computed now."""
-        return list(self._flights)
+        """The keys being computed now, in every loop."""
+        return list({key: None for here in list(self._loops.values()) for key in here.flights})
 
     def get(self, key: bytes) -> Flight[T] | None:
-        return self._flights.get(key)
+        """The running loop's flight for ``key``, if one is in progress."""
+        here = self._loops.get(current_loop())
+        return None if here is None else here.flights.get(key)
 
     def claim(self, key: bytes) -> Flight[T]:
-        """Register a new flight for ``key``; its owner must ``finish`` it."""
+        """Register a new flight for ``key`` in the running loop; its owner must ``finish`` it."""
         flight: Flight[T] = Flight()
-        self._flights[key] = flight
+        self._here().flights[key] = flight
         return flight
 
     def start(
@@ -118,6 +166,7 @@ class FlightTable(Generic[T]):
         ``work`` records outcomes on the flights; whatever it leaves unset (it
         was cancelled or raised) becomes an error, so no waiter hangs.
         """
+        here = self._here()
 
         async def run() -> None:
             error: BaseException | None = None
@@ -129,14 +178,18 @@ class FlightTable(Generic[T]):
                     raise
             finally:
                 for key, flight in zip(keys, flights, strict=True):
-                    if self._flights.get(key) is flight:
-                        del self._flights[key]
+                    if here.flights.get(key) is flight:
+                        del here.flights[key]
                     if not flight.done.is_set():
                         flight.set_error(
                             error or RuntimeError("the computation ended without a result")
                         )
+                if task is not None:
+                    here.tasks.discard(task)
+                self._idle(here)
 
-        task = spawn(run(), self._tasks)
+        # Removed by run() itself, so that the loop's table is empty when its last flight ends.
+        task = spawn(run(), here.tasks, forget_when_done=False)
         for flight in flights:
             flight.task = task
 
@@ -148,39 +201,53 @@ class FlightTable(Generic[T]):
         A task cancelled before it first ran cannot, so ``aclose`` finishes
         whatever flight is still open.
         """
+        here = self._here()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # trio: a system task (runtime.spawn)
-            flight.task = spawn(work, self._tasks, forget_when_done=False)
+            flight.task = spawn(work, here.tasks, forget_when_done=False)
             return
         # spawn's asyncio branch, inlined: every coalesced miss comes through here.
         task = flight.task = loop.create_task(work)
-        self._tasks.add(task)
+        here.tasks.add(task)
 
     def landed(self, key: bytes, flight: Flight[T]) -> None:
         """The last thing a launched task does: forget its flight and its task."""
-        if self._flights.get(key) is flight:
-            del self._flights[key]
-        if flight.task is not None:
-            self._tasks.discard(flight.task)
+        here = self._loops.get(current_loop())
+        if here is not None:
+            if here.flights.get(key) is flight:
+                del here.flights[key]
+            if flight.task is not None:
+                here.tasks.discard(flight.task)
+            self._idle(here)
         if not flight.done.is_set():
             flight.set_error(RuntimeError("the computation ended without a result"))
 
     def release(self, key: bytes, flight: Flight[T]) -> None:
         """Forget ``flight`` (for owners that compute without ``start``)."""
-        if self._flights.get(key) is flight:
-            del self._flights[key]
+        here = self._loops.get(current_loop())
+        if here is not None and here.flights.get(key) is flight:
+            del here.flights[key]
+            self._idle(here)
 
     async def aclose(self) -> None:
-        """Cancel running computations and wait for them to end."""
-        tasks = list(self._tasks)
+        """Cancel the running loop's computations and wait for them to end.
+
+        Other loops' computations are theirs: each ends with its loop.
+        """
+        here = self._loops.get(current_loop())
+        if here is None:
+            return
+        tasks = list(here.tasks)
         await cancel_and_wait(tasks)
         # A launched task cancelled before it first ran never finished its flight.
-        for key, flight in list(self._flights.items()):
+        for key, flight in list(here.flights.items()):
             if flight.task in tasks:
-                del self._flights[key]
+                del here.flights[key]
                 if not flight.done.is_set():
                     flight.set_error(asyncio.CancelledError("the computation was cancelled"))
+        here.tasks.difference_update(tasks)
+        self._idle(here)
 
 
 def error_for_caller(error: BaseException, traceback: Any) -> BaseException:

@@ -12,6 +12,20 @@ Reads and writes keep their own health: a store that cannot write for a while
 answering hits, and a store that cannot read does not stop the writes that
 fill it.
 
+A store made of parts that fail alone (a Redis Cluster's primaries) keeps
+each part's health itself: a failure that names its part (``StoreError.shard``)
+is counted and logged but never cools the whole store, and a store with
+``isolates_failures`` (it times and cools its parts' reads itself) never has
+its reads cooled as a whole. One stalled primary then costs only its keys.
+
+One timeout per request: a request's path may make several store calls (a
+get, a lease, an add, a release). Once one of them timed out, the writes and
+lease steps after it in that request skip the store (a skipped write, a
+computation without a lease), so a stalled store costs a request one
+``store_timeout``, not one per call. A request is an engine entry
+(``Engine.get_or_compute``, ``lookup``, a batch) and the tasks it starts (a
+flight's leader copies the caller's context); each entry starts with its own.
+
 Shared deadlines: a timeout for every store call, without a timer for each.
 
 ``asyncio.timeout`` schedules a timer when a call starts and cancels it when
@@ -36,11 +50,14 @@ import time
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from ..errors import ConfigurationError
 from ..stats import CacheStats, RateLimitedLog
+from ._runtime import timeout_after
 
-__all__ = ["READS", "Bucket", "Deadlines", "Health", "StoreGuard"]
+__all__ = ["READS", "Bucket", "Deadlines", "Health", "StoreGuard", "new_request"]
 
 T = TypeVar("T")
 Bucket = set["asyncio.Task[object]"]
@@ -152,6 +169,20 @@ class Deadlines:
 # The calls that only read; every other call (add, renew, delete, leases...) writes.
 READS = frozenset({"get", "get_many"})
 
+# Whether a store call of the running request timed out (see the module's doc).
+_TIMED_OUT: ContextVar[bool] = ContextVar("asyncache_store_timed_out", default=False)
+
+
+def new_request() -> None:
+    """Start a request's store budget: none of its calls has timed out yet."""
+    if _TIMED_OUT.get():
+        _TIMED_OUT.set(False)
+
+
+def timed_out_before(what: str) -> bool:
+    """Whether ``what`` is a write or lease step of a request whose store call timed out."""
+    return _TIMED_OUT.get() and what not in READS
+
 
 @types.coroutine
 def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
@@ -212,12 +243,14 @@ class StoreGuard:
 
     __slots__ = (
         "_deadlines",
+        "_isolated",
         "_log",
         "_stats",
         "_suspends",
         "_timed",
         "failure_cooldown",
         "failure_threshold",
+        "read_only",
         "reads",
         "writes",
     )
@@ -241,6 +274,8 @@ class StoreGuard:
         """The health of ``get`` and ``get_many``."""
         self.writes = Health()
         """The health of every other call."""
+        self.read_only = False
+        """Set in replay: every call but a read is refused (``None``) without reaching the store."""
         self.use(store)
 
     @property
@@ -258,6 +293,7 @@ class StoreGuard:
         self._timed = getattr(store, "enforces_timeouts", False) is not True
         # Set once a call suspended: later calls skip starting by hand (``_resume``).
         self._suspends = False
+        self._isolated = getattr(store, "isolates_failures", False) is True
 
     def health(self, what: str) -> Health:
         """The health that call ``what`` counts toward."""
@@ -274,11 +310,18 @@ class StoreGuard:
             what: the call's name, for the log (``"get"``, ``"add_many"``...).
             make: starts the call; not called at all while the store cools down.
         """
-        health = self.reads if what in READS else self.writes
+        if what in READS:
+            health = self.reads
+        elif self.read_only:
+            return None
+        else:
+            health = self.writes
         if health.skip_until:
             if time.monotonic() < health.skip_until:
                 return None
             health.skip_until = 0.0
+        if what not in READS and _TIMED_OUT.get():
+            return None  # this request already paid a store timeout
         try:
             awaitable = make()
             if not self._timed:
@@ -296,7 +339,9 @@ class StoreGuard:
                     result = await self._bounded(_resume(awaitable, yielded))
             else:
                 result = await self._bounded(awaitable)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ConfigurationError):
+            # A store that cannot work here at all (RedisStore under trio) says so at
+            # once, rather than failing every call as a miss.
             raise
         except Exception as exc:
             self.failed(what, exc)
@@ -318,16 +363,26 @@ class StoreGuard:
         """Await ``awaitable`` under the timeout: a shared deadline when it can."""
         if self._task() is not None:
             return await self._deadlines.run(awaitable)  # type: ignore[union-attr]
-        async with asyncio.timeout(self.timeout):
+        async with timeout_after(self.timeout):  # asyncio's, or anyio's under trio
             return await awaitable
+
+    def recovered(self, what: str) -> None:
+        """A call like ``what`` succeeded: its kind's failures and cool-down are over."""
+        health = self.health(what)
+        health.failures = 0
+        health.skip_until = 0.0
 
     def failed(self, what: str, exc: Exception) -> None:
         """Count and log a failed store call; start its kind's cool-down after too many in a row."""
         self._stats.errors += 1
-        health = self.health(what)
-        health.failures += 1
+        if isinstance(exc, TimeoutError):
+            _TIMED_OUT.set(True)
         reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
         self._log.warning(what, "asyncache: store %s %s; treated as a miss", what, reason)
+        if getattr(exc, "shard", None) is not None or (self._isolated and what in READS):
+            return  # one part failed: the store keeps that part's health, the rest serves
+        health = self.health(what)
+        health.failures += 1
         if health.failures >= self.failure_threshold:
             health.skip_until = time.monotonic() + self.failure_cooldown
             kind = "reads" if health is self.reads else "writes"

@@ -12,9 +12,18 @@ store (a ``LeaseStore``: Redis ``SET NX PX``, an SQLite row):
   not stored): take the lease over. The store's atomic acquire lets exactly
   one waiter win; the others go back to waiting.
 
+The lease is short (``lease_ttl``, 1 s by default) and its owner renews it
+every third of that while the model runs (the holder's own acquire extends
+it, as etcd and memcache leases are kept alive): a live owner keeps its lease
+however long the model takes, and a dead one's (``kill -9``, a lost host)
+ends within ``lease_ttl``, after which a waiter takes over.
+
 A store failure at any step is counted and logged like every store failure,
 and the prediction is computed without a lease: leases may cost a duplicate
-computation, never a failed one.
+computation, never a failed one. With ``store_wait`` the lease is tried again
+(with backoff, through the store's failure cool-down) until the store answers
+or ``store_wait`` seconds passed: a fleet then waits out a failover and gives
+one answer, at the price of that wait; after it, it computes as above.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import DecodeError
 from ..stores.protocol import Entry, LeaseStore
+from ._guard import new_request, timed_out_before
+from ._runtime import cancel_and_wait, spawn, timeout_after
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -39,6 +50,9 @@ T = TypeVar("T")
 _FAILED: Any = object()
 STALE_POLL = 0.02
 """Seconds between looks while another process replaces a stale entry under its lease."""
+# The backoff between tries of a store that fails, under ``store_wait``.
+_REACH_FIRST = 0.05
+_REACH_MAX = 0.5
 
 
 class LeaseStart(NamedTuple):
@@ -60,11 +74,12 @@ class Leases:
     Args:
         engine: the engine whose counters, timeouts and failure accounting are used.
         store: where the leases live: the cache's store, or a tier's shared L2.
-        ttl: seconds a lease lives. Keep it above the slowest computation: a
-            computation that outlives its lease lets a waiter take over.
+        ttl: seconds a lease lives unless its owner renews it, which it does
+            every ``ttl / 3`` while it computes: how long waiters wait for an
+            owner that died.
     """
 
-    __slots__ = ("_engine", "_store", "ttl")
+    __slots__ = ("_engine", "_renewals", "_store", "ttl")
 
     def __init__(self, engine: Engine, store: LeaseStore, *, ttl: float) -> None:
         if not ttl > 0:
@@ -72,6 +87,7 @@ class Leases:
         self._engine = engine
         self._store = store
         self.ttl = float(ttl)
+        self._renewals: dict[tuple[bytes, bytes], asyncio.Task[None]] = {}
 
     async def run(
         self,
@@ -118,7 +134,7 @@ class Leases:
         An entry whose value is ``stale`` does not count as a decision stored meanwhile.
         """
         token = os.urandom(16)
-        acquired = await self._acquire(key, token)
+        acquired = await self._reach(key, token)
         if acquired is _FAILED:
             return LeaseStart(None, None, held=False)
         if acquired:
@@ -165,7 +181,7 @@ class Leases:
                     return None, entry
                 # No entry and (the store says) no lease: its owner is gone. The
                 # acquire is atomic, so exactly one waiter takes over.
-                acquired = await self._acquire(key, token)
+                acquired = await self._reach(key, token)
                 if acquired is _FAILED:
                     return None, None
                 if acquired:
@@ -185,18 +201,80 @@ class Leases:
         if entry is not None and (stale is None or entry.value != stale):
             await self._release(key, token)
             return None, entry
+        self._keep(key, token)
         return token, None
 
-    async def _acquire(self, key: bytes, token: bytes) -> Any:
+    def _keep(self, key: bytes, token: bytes) -> None:
+        """Renew our lease on ``key`` every third of its ttl until it is released."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # trio: the lease lives its ttl, unrenewed
+            return
+        task = spawn(self._renew(key, token))
+        if task is not None:
+            self._renewals[(key, token)] = task
+
+    async def _renew(self, key: bytes, token: bytes) -> None:
+        store, ttl = self._store, self.ttl
+        while True:
+            await asyncio.sleep(ttl / 3)
+            kept = await self._call(
+                "acquire_lease",
+                self._engine.guard.timeout,
+                lambda: store.acquire_lease(key, token, ttl),
+            )
+            if kept is False:
+                # Another process took it: ours ran out (this loop stalled past the
+                # ttl, or the store was unreachable), or the store does not let a
+                # holder renew. It computes too; nothing is lost but a duplicate
+                # computation, and the first decision stored wins.
+                self._engine.log.warning(
+                    "lease-renewal",
+                    "asyncache: a lease could not be renewed while its model ran (another "
+                    "process took it, or %s does not renew a holder's lease); raise "
+                    "lease_ttl if this repeats",
+                    type(store).__name__,
+                )
+                return
+            # A failed renewal (_FAILED) is tried again a third of a ttl later.
+
+    async def aclose(self) -> None:
+        """Stop renewing the leases still held (their computations were cancelled)."""
+        await cancel_and_wait(list(self._renewals.values()))
+        self._renewals.clear()
+
+    async def _reach(self, key: bytes, token: bytes) -> Any:
+        """``_acquire``, tried again while the store fails, for up to ``store_wait`` seconds."""
+        acquired = await self._acquire(key, token)
+        wait = self._engine.store_wait
+        if acquired is not _FAILED or not wait:
+            return acquired
+        deadline = time.monotonic() + wait
+        delay = _REACH_FIRST
+        while acquired is _FAILED:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return _FAILED
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, _REACH_MAX)
+            new_request()  # each try may pay one store timeout
+            acquired = await self._acquire(key, token, probe=True)
+        return acquired
+
+    async def _acquire(self, key: bytes, token: bytes, *, probe: bool = False) -> Any:
         store, ttl = self._store, self.ttl
         return await self._call(
             "acquire_lease",
             self._engine.guard.timeout,
             lambda: store.acquire_lease(key, token, ttl),
+            probe=probe,
         )
 
     async def _release(self, key: bytes, token: bytes) -> None:
         # If this fails the lease simply expires after its ttl.
+        renewal = self._renewals.pop((key, token), None)
+        if renewal is not None:
+            renewal.cancel()
         store = self._store
         await self._call(
             "release_lease", self._engine.guard.timeout, lambda: store.release_lease(key, token)
@@ -215,19 +293,28 @@ class Leases:
         what: str,
         timeout: float | None,  # noqa: ASYNC109 - each lease step has its own bound
         call: Callable[[], Awaitable[Any]],
+        *,
+        probe: bool = False,
     ) -> Any:
-        """One lease call; a failure or timeout is ``_FAILED``, counted and logged."""
+        """One lease call; a failure or timeout is ``_FAILED``, counted and logged.
+
+        ``probe`` tries the store even while it cools down (``store_wait``
+        waits for it to come back); its success ends the cool-down.
+        """
         guard = self._engine.guard
-        if guard.cooling(what):
-            return _FAILED  # the store is cooling down after repeated failures
+        if not probe and (guard.cooling(what) or timed_out_before(what)):
+            return _FAILED  # the store is cooling down, or this request paid its timeout
         try:
-            async with asyncio.timeout(timeout):
-                return await call()
+            async with timeout_after(timeout):
+                result = await call()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             guard.failed(what, exc)
             return _FAILED
+        if probe:
+            guard.recovered(what)
+        return result
 
 
 def lease_store(store: object) -> LeaseStore | None:

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from ..codec import Decoded
 from ..errors import DecodeError
 from ..stores.protocol import Entry
-from ._engine import replay_miss
 from ._flights import Flight, copy_for_caller
 from ._freshness import ErrorHit, StaleHit
+from ._guard import new_request
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -46,6 +46,7 @@ async def get_or_compute_many(
     inputs: Sequence[Any] | None = None,
 ) -> list[Any]:
     """``DecisionCache.get_or_compute_many``: see there."""
+    new_request()
     count = len(keys)
     item_inputs: Sequence[Any] = inputs if inputs is not None else [None] * count
     stats = engine.stats
@@ -73,6 +74,9 @@ async def get_or_compute_many(
             try:
                 found[key] = engine.hit(key, entry, uses=uses[key])
             except DecodeError as exc:
+                if mode == "replay":  # nothing is deleted: the error says what is wrong
+                    stats.corrupt += 1
+                    raise await engine.refusal(key, item_inputs[first[key]], exc) from None
                 await engine.discard_corrupt(key, exc)
                 continue
             except StaleHit as found_stale:
@@ -95,7 +99,7 @@ async def get_or_compute_many(
     missing = [key for key in unique if key not in found]
     if mode == "replay" and missing:
         stats.misses += sum(uses[key] for key in missing)
-        raise replay_miss(missing[0], item_inputs[first[missing[0]]])
+        raise await engine.refusal(missing[0], item_inputs[first[missing[0]]])
     stats.misses += sum(uses[key] for key in missing)
     # Claim every unclaimed key before awaiting anything: never wait on our own keys.
     flights = engine.flights
@@ -346,7 +350,11 @@ async def _record(
     compute: BatchCompute,
     inputs: Sequence[Any],
 ) -> list[Any]:
-    """Record mode: compute every item, store each in place of what its key held."""
+    """Record mode: compute every item, store each in place of what its key held.
+
+    Raises:
+        StoreError: the store did not take every decision (``Engine.replace``).
+    """
     indices = [first[key] for key in unique]
     results, share = await _run(engine, compute, indices)
     pending: list[tuple[bytes, bytes, float | None]] = []
@@ -358,10 +366,7 @@ async def _record(
             if prepared is not None:
                 pending.append((key, *prepared))
     if pending:
-        store = engine.store
-        await asyncio.gather(*(engine.delete_entry(key) for key, _, _ in pending))
-        added = await engine.guard.call("add_many", lambda: store.add_many(pending))
-        winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        winners = await engine.replace(pending)  # raises when the store did not take them
         for (key, value, _), entry in zip(pending, winners, strict=True):
             fresh[key] = engine.winner(key, value, entry, fresh[key])
     return _answers(keys, fresh, set(), fresh.__getitem__)

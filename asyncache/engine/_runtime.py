@@ -9,8 +9,13 @@ these are asyncio's own objects, unchanged and as cheap as before; under trio
 they are trio's, and work of its own runs as a trio system task, carrying a
 copy of the caller's context variables.
 
-The SQLite and Redis stores are asyncio libraries (aiosqlite, redis-py); under
-trio a cache uses a ``MemoryStore``.
+Where anyio serves, it is used: bounded waits on other loops
+(``timeout_after``: ``anyio.fail_after``) and telling loops apart
+(``current_loop``: a flight belongs to one loop, and a cache may serve several
+threads' loops at once). It is imported only when a loop other than asyncio's
+runs, so ``import asyncache`` stays fast. Under trio a cache uses a
+``MemoryStore`` or a ``SQLiteStore`` (its threads answer any loop);
+``RedisStore`` (redis-py is asyncio's alone) refuses trio at once.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import contextvars
 import sys
 from collections.abc import Awaitable, Coroutine
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol
 
 __all__ = [
@@ -26,9 +32,11 @@ __all__ = [
     "Signal",
     "cancel_and_wait",
     "cancelled",
+    "current_loop",
     "is_cancellation",
     "new_event",
     "spawn",
+    "timeout_after",
     "wait_for",
 ]
 
@@ -98,6 +106,26 @@ def _on_asyncio() -> bool:
     return True
 
 
+def current_loop() -> object:
+    """What identifies the running event loop: asyncio's loop, or anyio's token for it.
+
+    Raises:
+        RuntimeError: no event loop is running in this thread.
+    """
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    # Imported here: only a loop other than asyncio's gets this far, and anyio's
+    # import would cost ``import asyncache`` milliseconds.
+    import anyio.lowlevel
+
+    try:
+        return anyio.lowlevel.current_token().native_token
+    except Exception as exc:  # sniffio's or anyio's "no async library"
+        raise RuntimeError("no event loop is running in this thread") from exc
+
+
 def _trio() -> Any:
     # Imported only when the caller runs on trio, which means it is installed.
     import trio
@@ -132,9 +160,39 @@ async def wait_for(event: Event, timeout: float | None) -> bool:  # noqa: ASYNC1
         except TimeoutError:
             return False
         return True
-    with _trio().move_on_after(timeout):
+    import anyio  # here: only a loop other than asyncio's gets this far
+
+    with anyio.move_on_after(timeout):
         await event.wait()
     return event.is_set()
+
+
+def timeout_after(seconds: float | None) -> AbstractAsyncContextManager[Any]:
+    """A bound on a block that raises the builtin ``TimeoutError`` when ``seconds`` pass.
+
+    asyncio's own ``asyncio.timeout`` under asyncio; anyio's ``fail_after``
+    (trio's cancel scopes) on other loops. ``None``: no bound.
+    """
+    if _on_asyncio():
+        return asyncio.timeout(seconds)
+    import anyio  # here: only a loop other than asyncio's gets this far
+
+    return _AsyncBound(anyio.fail_after(seconds))
+
+
+class _AsyncBound:
+    """A synchronous context manager (anyio's cancel scope) used with ``async with``."""
+
+    __slots__ = ("_scope",)
+
+    def __init__(self, scope: AbstractContextManager[Any]) -> None:
+        self._scope = scope
+
+    async def __aenter__(self) -> Any:
+        return self._scope.__enter__()
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return self._scope.__exit__(*exc_info)
 
 
 def spawn(

@@ -8,10 +8,12 @@ whose client left cuts the run short for the requests that share it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..engine import (
     Broadcast,
+    Fresh,
     Freshness,
     Unshared,
     cancelled,
@@ -21,7 +23,9 @@ from ..engine import (
     spawn,
 )
 from .capture import ResponseCapture, response_broadcast
-from .response import StoredResponse, invalid_reason, shareable, stale_windows, to_value
+from .freshness import Freshness as HttpFreshness
+from .freshness import freshness
+from .response import StoredResponse, invalid_reason, private, to_value
 from .settings import ExchangeSettings
 from .types import Message, Receive, Scope
 
@@ -38,9 +42,20 @@ class AppRunner:
         key: the request's key.
         inputs: the canonical request.
         body: the request body, for an audit's run of the app.
+        route: the route, whose typical run a storable answer times (``RunTimes``).
     """
 
-    __slots__ = ("app", "body", "broadcast", "inputs", "key", "receive", "scope", "settings")
+    __slots__ = (
+        "app",
+        "body",
+        "broadcast",
+        "inputs",
+        "key",
+        "receive",
+        "route",
+        "scope",
+        "settings",
+    )
 
     def __init__(
         self,
@@ -50,8 +65,10 @@ class AppRunner:
         key: bytes,
         inputs: list[Any],
         body: bytes,
+        route: str = "",
     ) -> None:
         self.settings = settings
+        self.route = route
         self.scope = scope
         self.receive = receive
         self.key = key
@@ -72,6 +89,7 @@ class AppRunner:
         broadcast = self.broadcast
         assert broadcast is not None
         settings.stats.outcomes["miss"] += 1
+        started = time.perf_counter()
         self.app = run = AppRun()
         capture = settings.capture(broadcast, self.scope, self._finish)
         receive = LeaderReceive(self.receive, broadcast)
@@ -88,6 +106,9 @@ class AppRunner:
         if run.freshness is not None:
             # The store write that follows, in this same task, keeps the entry this long.
             overridden.set(run.freshness)
+        if type(run.value) is not Unshared:
+            # A run whose answer followers could have had: what they may wait for.
+            settings.run_times.ran(self.route, time.perf_counter() - started)
         return run.value
 
     async def _run_app(
@@ -118,28 +139,38 @@ class AppRunner:
         stats = self.settings.stats
         if response is None:
             stats.not_admitted(reason or "refused")
-            if not shareable(reason):
+            if reason is not None and private(reason):
                 # Private to its client: identical requests could not have shared it, so
-                # for a while they go straight to the app (hit-for-pass). A failure is
-                # shared, and a stampede on a failing app then still costs one run.
+                # for a while they go straight to the app (hit-for-pass). A failure may
+                # not come again: its key keeps coalescing.
                 self.settings.remember_pass(self.key)
             run.settle(Unshared(None))
             return
         head = self.inputs[0] == "HEAD"
-        value = to_value(response, self.settings.headers.names, head=head)
+        now = time.time()
+        seen = freshness(response.headers, now)
+        left, age = seen.left, seen.age
+        # Only a response that says how old it is or how long it lives keeps when it was
+        # born (its hits then say their Age): a value that changes with time on every run
+        # would make each audit and shadow comparison a mismatch.
+        aged = left is not None or age > 0
+        value = to_value(
+            response, self.settings.headers.names, head=head, born=now - age if aged else None
+        )
         invalid = invalid_reason(value, head=head)
         if invalid is not None:
             stats.not_admitted(f"invalid_{invalid}")
             run.settle(Unshared(None))
             return
-        run.freshness = self._freshness(response)
-        run.settle(value)
+        run.freshness = self._freshness(seen)
+        # A response that gives its own lifetime is kept for what is left of it.
+        run.settle(value if left is None else Fresh(value, left))
 
-    def _freshness(self, response: StoredResponse) -> Freshness | None:
+    def _freshness(self, seen: HttpFreshness) -> Freshness | None:
         """These routes' settings, with the windows the response asks for (capped by them)."""
         settings = self.settings
         chosen = settings.freshness
-        revalidate, if_error = stale_windows(response)
+        revalidate, if_error = seen.stale_while_revalidate, seen.stale_if_error
         if revalidate is None and if_error is None:
             return chosen
         policy = chosen or settings.engine.freshness

@@ -10,7 +10,8 @@ key from the canonical request (with its host and scheme) and looks it up. A
 hit is answered from the store without calling the app. A miss runs the app
 once per key at a time: identical requests that arrive meanwhile share its
 response as it streams, or run the app themselves as soon as its start
-message shows it is private.
+message shows the cache would not store it (private, a ``5xx``...), when it
+raised first, or when it is much slower to start than the route's runs are.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from typing import Any
 from ..cache import DecisionCache
 from ..engine import MISS, Freshness
 from ..stats import RateLimitedLog
+from ..stores import entries_of
 from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
 from .request import (
+    FORWARDING,
     REMEMBERED_BODY_BYTES,
     BodyReplay,
     RequestHeads,
@@ -66,9 +69,11 @@ class DecisionCacheMiddleware:
             always in the key).
         paths: another name for ``routes``; give one or the other.
         methods: the methods to cache.
-        vary: request headers whose values are part of the key. An absent
-            header and an empty one key differently. A response whose ``Vary``
-            names a header outside this list (and ``Content-Type``) is not stored.
+        vary: request headers whose values are part of the key, every value
+            of a repeated one in order. An absent header and an empty one key
+            differently; ``-`` and ``_`` in a name are one (a WSGI bridge maps
+            both to one variable). A response whose ``Vary`` names a header
+            outside this list (and ``Content-Type`` and ``Host``) is not stored.
         scope: ``scope(asgi_scope)`` returns the principal or tenant the
             response belongs to (sync or async). It is the key's scope, so
             entries never cross it. Without it, requests with credentials
@@ -81,7 +86,22 @@ class DecisionCacheMiddleware:
             whatever this says (they answer one request's ``Range`` or validators).
         max_body_bytes: request bodies larger than this bypass the cache; the
             app still receives them whole.
-        credentials: request headers that make a request private.
+        credentials: request headers that make a request private, in any
+            case and with ``-`` or ``_`` alike (``x_api_key`` is ``X-Api-Key``).
+        forwarding: what to do with a request that carries a forwarding header
+            (``Forwarded``, ``X-Forwarded-Host``, ``X-Forwarded-Proto``...: see
+            ``FORWARDING``) not named in ``vary``, or two ``Host`` headers:
+            ``"bypass"`` (the default: the app answers it alone) or ``"key"``
+            (every forwarding header and every ``Host`` value join the key).
+            An app behind a proxy that always sends one, and that may read it,
+            names it in ``vary`` or says ``"key"``.
+        follower_timeout: how long a request waits for an identical request's
+            run of the app to start its answer before running the app itself,
+            in seconds. ``None`` (the default): a few times the route's
+            typical run (``FOLLOWER_FACTOR`` times the moving average of the
+            runs whose answer could be shared, at least ``FOLLOWER_FLOOR``),
+            and the cache's ``coalesce_timeout`` until one was timed. Never
+            longer than ``coalesce_timeout``.
         fingerprint: the model's fingerprint for these routes; the cache's by default.
         status_header: the response header saying what happened
             (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``); ``None`` for none.
@@ -105,7 +125,8 @@ class DecisionCacheMiddleware:
             ``Set-Cookie``, an unkeyed ``Vary``...) sends identical requests
             straight to the app, each on its own run (``X-Cache: miss``; counted
             in ``passes``), instead of having them wait on a run whose answer they
-            may not share (hit-for-pass). A ``5xx`` is shared, so not remembered.
+            may not share (hit-for-pass). A ``5xx`` or a response too large may
+            not come again, so it is not remembered.
             ``0`` turns it off.
 
     Raises:
@@ -131,12 +152,18 @@ class DecisionCacheMiddleware:
         cache_status: bool | str = False,
         on_hit: OnHit | None = None,
         audit: bool = False,
+        forwarding: str = "bypass",
+        follower_timeout: float | None = None,
         stale_while_revalidate: float | None = None,
         stale_if_error: float | None = None,
         pass_ttl: float = 5.0,
     ) -> None:
         if routes is not None and paths is not None:
             raise ValueError("give routes or paths, not both")
+        if follower_timeout is not None and not follower_timeout >= 0:
+            raise ValueError("follower_timeout must be a number of seconds, or None")
+        if forwarding not in ("bypass", "key"):
+            raise ValueError('forwarding must be "bypass" or "key"')
         if max_body_bytes < 0:
             raise ValueError("max_body_bytes must not be negative")
         self.app = app
@@ -150,9 +177,11 @@ class DecisionCacheMiddleware:
             {name: cache.key_builder(name, fingerprint) for name in self._routes.names}
         )
         self._methods = frozenset(method.upper() for method in methods)
-        vary_names = [name.lower().encode("latin-1") for name in vary]
+        vary_names = [_header_name(name) for name in vary]
+        if forwarding == "key":
+            vary_names += [name for name in (*FORWARDING, b"host") if name not in vary_names]
         self._heads = RequestHeads(
-            vary_names, [name.lower().encode("latin-1") for name in credentials], max_body_bytes
+            vary_names, [_header_name(name) for name in credentials], max_body_bytes
         )
         self._scope_fn = scope
         self._headers = StatusHeaders(status_header, cache_status)
@@ -173,6 +202,7 @@ class DecisionCacheMiddleware:
             admit=admit,
             on_hit=on_hit,
             audit=audit,
+            follower_timeout=follower_timeout,
             freshness=_route_freshness(cache, stale_while_revalidate, stale_if_error),
             pass_ttl=pass_ttl,
         )
@@ -287,7 +317,7 @@ class DecisionCacheMiddleware:
                 {
                     "type": "http.response.start",
                     "status": value.status,
-                    "headers": [*value.hit_headers],
+                    "headers": value.hit_start(),
                 }
             )
             await send({"type": "http.response.body", "body": value.body, "more_body": False})
@@ -300,11 +330,16 @@ class DecisionCacheMiddleware:
             key,
             head,
             body,
+            route,
         )
         if value is not MISS:
             await exchange.answer(value)  # on_hit decides
-        else:
+        elif principal is None:
             await exchange.run()
+        else:
+            # What this run stores counts against its scope's budget in a memory store.
+            with entries_of(principal):
+                await exchange.run()
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         if self._engine.mode == "replay":
@@ -333,3 +368,8 @@ def _route_freshness(
             "stale_if_error": base.stale_if_error if if_error is None else if_error,
         }
     )
+
+
+def _header_name(name: str) -> bytes:
+    """A header name as the request side matches it: lowercase, ``-`` for ``_``."""
+    return name.lower().replace("_", "-").encode("latin-1")

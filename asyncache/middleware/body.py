@@ -6,7 +6,8 @@ and ``1.0`` stay apart), unless parsing would merge what the app may see as
 different: an object with a repeated key (``{"to": "mallory", "to": "bob"}``
 parses like ``{"to": "bob"}``, yet an app may reject it) or a number that a
 double does not keep (``1e-400`` parses to ``0.0``, ``4e-324`` to ``5e-324``,
-a 20-digit id to its neighbours). Those bodies key on their raw bytes.
+a 20-digit id to its neighbours, an integer past 64 bits to the double nearest
+it, which ``1e20`` also parses to). Those bodies key on their raw bytes.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ __all__ = ["body_slot", "exact_json", "sorted_query"]
 
 
 def sorted_query(query_string: bytes) -> list[tuple[str, str | None]]:
-    """The query's decoded pairs, sorted by name; repeated names keep their order as sent.
+    """The query's decoded pairs: sorted by name unless a name repeats, then as sent.
 
     ``a=1&b=2`` and ``b=2&a=1`` key alike, ``a=1&a=2`` and ``a=2&a=1`` do not
-    (frameworks hand repeated parameters to the app as an ordered list).
-    ``?flag`` (value ``None``) and ``?flag=`` (value ``""``) differ: an app may
-    tell them apart in the raw query string. Percent-escapes decode as
-    Latin-1, so every distinct byte stays distinct.
+    (frameworks hand repeated parameters to the app as an ordered list), nor
+    do ``a=1&b=2&a=3`` and ``a=1&a=3&b=2``: an app that walks the pairs
+    (``multi_items()``) sees them in another order. ``?flag`` (value ``None``)
+    and ``?flag=`` (value ``""``) differ: an app may tell them apart in the
+    raw query string. Percent-escapes decode as Latin-1, so every distinct
+    byte stays distinct.
     """
     if not query_string:
         return []
@@ -46,7 +49,8 @@ def sorted_query(query_string: bytes) -> list[tuple[str, str | None]]:
                 unquote_plus(value, encoding="latin-1") if equals else None,
             )
         )
-    pairs.sort(key=itemgetter(0))  # a stable sort: repeated names keep their order
+    if len({name for name, _ in pairs}) == len(pairs):
+        pairs.sort(key=itemgetter(0))
     return pairs
 
 
@@ -55,7 +59,9 @@ def body_slot(content_type: bytes, body: bytes) -> list[Any]:
 
     A JSON body (``application/json`` or ``+json``) keys on its parsed value
     when parsing keeps everything the bytes say (``exact_json``); anything
-    else, malformed JSON included, keys on its raw bytes.
+    else, malformed JSON included, keys on its raw bytes. Either way the whole
+    ``Content-Type`` value is keyed, parameters included: an app may answer
+    ``application/json; version=2`` otherwise than ``application/json``.
     """
     known = _MEDIA.get(content_type)
     if known is None:
@@ -63,14 +69,16 @@ def body_slot(content_type: bytes, body: bytes) -> list[Any]:
     ctype, json_media = known
     if not body:
         return ["empty", ctype]
-    if json_media is not None:
+    if json_media:
         parsed = exact_json(body)
         if parsed is not _INEXACT:
-            return ["json", json_media, parsed]
+            return ["json", ctype, parsed]
     return ["raw", ctype, hashlib.blake2b(body, digest_size=16).hexdigest()]
 
 
 _INEXACT: Any = object()
+# What orjson parses as an int; longer integers it parses as doubles.
+_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
 # A JSON number. Also matched inside strings, which only makes a body key on its bytes.
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -81,7 +89,8 @@ def exact_json(body: bytes) -> Any:
 
     Lost: a repeated object key, or a number a double does not hold (it would
     print back as another number). orjson parses integers of up to 64 bits
-    exactly, so only a body whose value holds a float can hold such a number.
+    exactly and longer ones as doubles, so only a body whose value holds a
+    float can hold such a number.
     """
     try:
         parsed = orjson.loads(body)
@@ -115,9 +124,16 @@ def _holds_float(value: Any) -> bool:
 
 
 def _numbers_exact(body: bytes) -> bool:
-    """Whether every number in ``body`` prints back from its double as the same number."""
+    """Whether every number in ``body`` prints back from its double as the same number.
+
+    An integer past 64 bits never does, even when its double prints as its
+    value (``100000000000000000000`` parses as ``1e20`` does): an app that
+    parses integers exactly tells the two apart.
+    """
     for match in _NUMBER.finditer(body):
         text = match.group().decode("ascii")
+        if text.lstrip("-").isdigit() and not _INT64_MIN <= int(text) <= _UINT64_MAX:
+            return False
         try:
             if Decimal(text) != Decimal(repr(float(text))):
                 return False
@@ -149,16 +165,19 @@ def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-# Content-Type header value -> (its text, its JSON media type or None); a client
-# sends the same few values over and over.
-_MEDIA: dict[bytes, tuple[str, str | None]] = {}
+# Content-Type header value -> (its text, whether it is JSON); a client sends the
+# same few values over and over. Only short values are remembered, so what this
+# holds is bounded in bytes (_MEDIA_MAX * _MEDIA_VALUE_BYTES), not only in count:
+# a client sending a megabyte Content-Type must not leave it behind.
+_MEDIA: dict[bytes, tuple[str, bool]] = {}
 _MEDIA_MAX = 256
+_MEDIA_VALUE_BYTES = 128
 
 
-def _media(content_type: bytes) -> tuple[str, str | None]:
+def _media(content_type: bytes) -> tuple[str, bool]:
     ctype = content_type.decode("latin-1")
     media = ctype.partition(";")[0].strip().lower()
-    known = (ctype, media if media == "application/json" or media.endswith("+json") else None)
-    if len(_MEDIA) < _MEDIA_MAX:
+    known = (ctype, media == "application/json" or media.endswith("+json"))
+    if len(_MEDIA) < _MEDIA_MAX and len(content_type) <= _MEDIA_VALUE_BYTES:
         _MEDIA[content_type] = known
     return known

@@ -6,14 +6,18 @@ requests (``shareable``) is decided from it and from the body as it passes.
 
 ``finish(response, reason)`` runs once: with the whole response when it may
 be stored (after the last body message was handed on and the ``admit`` hook
-agreed), or with ``None`` and the reason as soon as it may not.
+agreed), or with ``None`` and the reason as soon as it may not. A response
+whose own lifetime is already spent when it starts (``Age`` past ``max-age``)
+is refused as ``stale``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Collection
 
 from ..engine import Broadcast
+from .freshness import freshness
 from .response import AdmitResponse, StoredResponse, admitted, refusal, shareable
 from .types import Headers, Message, Scope
 
@@ -149,6 +153,10 @@ class ResponseCapture:
         if kind == "http.response.start":
             message["headers"] = [*message.get("headers", ())]
             reason = refusal(message, statuses=self._statuses, keyed=self._keyed, limit=self._limit)
+            if reason is None:
+                left = freshness(message["headers"], time.time()).left
+                if left is not None and not left > 0:
+                    reason = "stale"
             broadcast.decide(shared=shareable(reason))
             if reason is None:
                 self._storing = True

@@ -17,11 +17,15 @@ the leader included, sends its messages to its own client as they come. So:
 
 - followers of a shareable response get each chunk as the app sends it, and
   what was admitted is stored once the response is complete;
-- followers of a response that may not be shared (its start message says it
-  is private) are released at once and run the app on their own;
-- followers of a failed run (an exception, a ``5xx``) share its outcome,
-  which is not stored; followers of a run that ended before its start
-  message elect one new leader.
+- followers of a response the cache would not store (its start message says
+  it is private, a ``5xx``, too large, stale) are released at once and run
+  the app on their own, and so are the followers of a run that raised before
+  its start message: one client's failure (its quota, its throttling) is never
+  handed to another;
+- a follower whose run has not started its answer within ``RunTimes.wait``
+  (a few times the route's typical run, or ``follower_timeout``) runs the app
+  on its own;
+- followers of a run that ended before its start message elect one new leader.
 
 The leader's request ends when the app does (its background work runs after
 the response); a follower's when its response is sent.
@@ -42,7 +46,6 @@ from ..engine import (
     cancelled,
     error_for_caller,
     is_cancellation,
-    replay_miss,
     spawn,
     wait_for,
 )
@@ -74,6 +77,7 @@ class Exchange:
         key: the request's key.
         head: what its headers say (for the canonical request, made on a miss only).
         body: the request body (the same, and for an audit's run of the app).
+        route: the route it matched (whose runs time a follower's wait).
     """
 
     __slots__ = (
@@ -83,6 +87,7 @@ class Exchange:
         "joined",
         "key",
         "receive",
+        "route",
         "runner",
         "scope",
         "send",
@@ -99,8 +104,10 @@ class Exchange:
         key: bytes,
         head: RequestHead,
         body: bytes,
+        route: str = "",
     ) -> None:
         self.settings = settings
+        self.route = route
         self.scope = scope
         self.receive = receive
         self.send = send
@@ -138,11 +145,15 @@ class Exchange:
         if serving:
             if engine.sampler is not None and settings.audit:
                 runner = self._runner()
-            value = await engine.fetch(
-                self.key,
-                recompute=None if runner is None else runner.recompute,
-                inputs=self.inputs_made(),
-            )
+            try:
+                value = await engine.fetch(
+                    self.key,
+                    recompute=None if runner is None else runner.recompute,
+                    inputs=self.inputs_made(),
+                )
+            except ReplayMiss as miss:  # an entry replay cannot use (another secret...)
+                await self.refuse_in_replay(miss)
+                return
             if type(value) is StaleHit:
                 if value.revalidate:
                     # Served at once; the app runs once in the background, for no client,
@@ -158,7 +169,7 @@ class Exchange:
                 await self.answer(value)
                 return
             if engine.mode == "replay":
-                await self.refuse_in_replay(replay_miss(self.key, self.inputs_made()))
+                await self.refuse_in_replay(await engine.refusal(self.key, self.inputs_made()))
                 return
         await self.lead(runner, listed=serving and engine.coalesce, stale=stale)
 
@@ -171,7 +182,13 @@ class Exchange:
     def _runner(self) -> AppRunner:
         if self.runner is None:
             self.runner = AppRunner(
-                self.settings, self.scope, self.receive, self.key, self.inputs_made(), self.body
+                self.settings,
+                self.scope,
+                self.receive,
+                self.key,
+                self.inputs_made(),
+                self.body,
+                self.route,
             )
         return self.runner
 
@@ -236,7 +253,8 @@ class Exchange:
             self.joined = True
             engine.joined(flight)
         try:
-            if not await wait_for(broadcast.decided, engine.coalesce_timeout):
+            wait = settings.run_times.wait(self.route, engine.coalesce_timeout)
+            if not await wait_for(broadcast.decided, wait):
                 broadcast.leave(reader)
                 engine.stats.coalesce_timeouts += 1
                 await self.lead(None, listed=False)
@@ -256,14 +274,12 @@ class Exchange:
                 if broadcast.error is not None and not broadcast.complete:
                     raise error_for_caller(broadcast.error, broadcast.traceback)
                 return True
-            if broadcast.ran:
-                # Released: the response belongs to the leader's client alone.
+            if broadcast.ran or broadcast.error is not None:
+                # Released: the response (or the failure) belongs to the leader's client
+                # alone; this request's own run may well succeed.
                 broadcast.leave(reader)
                 await self.lead(None, listed=False)
                 return True
-            if broadcast.error is not None:
-                settings.stats.outcomes["shared"] += 1
-                raise error_for_caller(broadcast.error, broadcast.traceback)
             return False
         finally:
             broadcast.leave(reader)
@@ -313,7 +329,7 @@ class Exchange:
         settings = self.settings
         if settings.engine.mode == "replay":
             # Only a request that could not share a run gets here: replay never runs the app.
-            await self.refuse_in_replay(replay_miss(self.key, self.inputs_made()))
+            await self.refuse_in_replay(await settings.engine.refusal(self.key, self.inputs_made()))
             return
         broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=listed)
         runner = runner or self._runner()

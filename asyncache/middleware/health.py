@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -33,12 +35,25 @@ class CacheStatsEndpoint:
     Its own requests are not traffic: a ``DecisionCacheMiddleware`` in front
     that passed one through takes it back out of its bypass counts.
 
+    The counters show every tenant's traffic (when another tenant stored,
+    hit, missed): serve them to operators only, with ``allow`` or behind the
+    app's own authentication.
+
     Args:
         cache: the cache whose counters are served.
+        allow: ``allow(asgi_scope)`` (sync or async) says whether this request
+            may see the counters; a refused one gets ``403``. ``None``: every
+            request may, for a route the app already guards.
     """
 
-    def __init__(self, cache: DecisionCache) -> None:
+    def __init__(
+        self,
+        cache: DecisionCache,
+        *,
+        allow: Callable[[Scope], bool | Awaitable[bool]] | None = None,
+    ) -> None:
         self.cache = cache
+        self.allow = allow
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -56,6 +71,13 @@ class CacheStatsEndpoint:
             return
         for stats, reason in scope.pop(BYPASS_COUNTED, ()):
             stats.uncount(reason)
+        if self.allow is not None:
+            verdict = self.allow(scope)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if verdict is not True:
+                await _respond(send, 403, b'{"detail":"forbidden"}')
+                return
         method = scope["method"]
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, b'{"detail":"method not allowed"}', allow=True)

@@ -13,10 +13,12 @@ from typing import Any, NamedTuple
 
 from ..keys import KeyBuilder
 from .body import body_slot, sorted_query
+from .freshness import cache_control
 from .types import Message, Receive, Scope
 
 __all__ = [
     "CONDITIONAL",
+    "FORWARDING",
     "BodyRead",
     "BodyReplay",
     "RequestHead",
@@ -30,7 +32,7 @@ __all__ = [
     "whole_body",
 ]
 
-# What a header means to the middleware: the low three bits of its code say
+# What a header means to the middleware: the low four bits of its code say
 # which header it is, the bits above say which vary header it also is (plus one).
 _CONTENT_TYPE = 1
 _CONTENT_LENGTH = 2
@@ -39,6 +41,7 @@ _CONTENT_ENCODING = 4
 _CREDENTIAL = 5
 _HOST = 6
 _CONDITIONAL = 7
+_FORWARDING = 8
 # Headers that make a request conditional or partial: its answer (304, 206, 412) is
 # for it alone, and a stored 200 is not what the app would send it.
 CONDITIONAL = (
@@ -49,30 +52,64 @@ CONDITIONAL = (
     b"if-unmodified-since",
     b"range",
 )
-_MEANING = 0b111
-_VARY_SHIFT = 3
+FORWARDING = (
+    b"forwarded",
+    b"front-end-https",
+    b"x-forwarded-host",
+    b"x-forwarded-port",
+    b"x-forwarded-prefix",
+    b"x-forwarded-proto",
+    b"x-forwarded-scheme",
+    b"x-forwarded-server",
+    b"x-forwarded-ssl",
+    b"x-host",
+    b"x-http-method",
+    b"x-http-method-override",
+    b"x-method-override",
+    b"x-original-host",
+    b"x-original-url",
+    b"x-rewrite-url",
+    b"x-url-scheme",
+)
+"""Request headers through which a proxy (or a client posing as one) tells the app
+another host, scheme, port, path or method than the request's own: an app (or a
+framework's proxy fix) that reads one answers differently, so the middleware
+bypasses a request that carries one unless the key holds it (``forwarding``).
+``X-Forwarded-For`` and ``X-Real-IP`` name the client, not the resource, and are
+not among them."""
+_MEANING = 0b1111
+_VARY_SHIFT = 4
+# The meanings a header also has when spelled with "_" for "-": a server hands the
+# name on as sent, and a WSGI bridge or CGI maps both spellings to one HTTP_X_API_KEY.
+_ALIASED = frozenset({_CREDENTIAL, _FORWARDING})
 
 
 def directives(value: str) -> set[str]:
     """The directive names of a ``Cache-Control`` value, lowercased (``max-age=0``: ``max-age``)."""
-    return {part.partition("=")[0].strip().lower() for part in value.split(",")}
+    return set(cache_control((value,)))
 
 
 class RequestHead:
     """What the middleware needs from the request headers, read in one pass.
 
     Attributes:
-        content_type: every ``Content-Type`` value joined by commas; ``b""`` when absent.
+        content_type: the ``Content-Type`` value; ``b""`` when absent.
         content_length: the declared length, ``None`` when absent or unparsable.
         no_store: the request's ``Cache-Control`` holds ``no-store``.
         encoded: the request has a ``Content-Encoding``.
-        credentials: the request carries a credential header (``Authorization``, ``Cookie``).
+        credentials: the request carries a credential header (``Authorization``,
+            ``Cookie``), in any spelling.
         conditional: the request has a validator or a ``Range`` (``CONDITIONAL``).
+        forwarded: the request has a forwarding header (``FORWARDING``) the key
+            does not hold.
+        repeated: the request repeats a header the key holds one value of
+            (``Host``, ``Content-Type``): apps differ on which one they read.
         host: the first ``Host`` header, lowercased; ``None`` when absent.
         vary: for each ``vary`` header, the list of its values (empty when absent).
         refusal: why the request bypasses the cache whatever else it holds
-            (``no_store``, ``content_encoding``, ``conditional``; and
-            ``body_too_large`` from ``RequestHeads`` with a limit), or ``None``.
+            (``no_store``, ``content_encoding``, ``conditional``,
+            ``repeated_header``, ``forwarded``; and ``body_too_large`` from
+            ``RequestHeads`` with a limit), or ``None``.
         remembered: ``RequestHeads`` keeps this head for later requests.
     """
 
@@ -82,31 +119,44 @@ class RequestHead:
         "content_type",
         "credentials",
         "encoded",
+        "forwarded",
         "host",
         "no_store",
         "refusal",
         "remembered",
+        "repeated",
         "seen_length",
+        "seen_type",
         "vary",
     )
 
     def __init__(self, vary_count: int) -> None:
         self.content_type = b""
+        self.seen_type = False
         self.content_length: int | None = None
         self.seen_length = False
         self.no_store = False
         self.encoded = False
         self.credentials = False
         self.conditional = False
+        self.forwarded = False
+        self.repeated = False
         self.host: str | None = None
         self.refusal: str | None = None
         self.remembered = False
         self.vary: list[list[str]] = [[] for _ in range(vary_count)] if vary_count else []
 
 
-def header_codes(vary: Iterable[bytes], credentials: Iterable[bytes]) -> dict[bytes, int]:
-    """The lookup table ``read_head`` uses: lowercase header name -> what it means."""
-    codes = {name: _CREDENTIAL for name in credentials}
+def header_codes(
+    vary: Iterable[bytes], credentials: Iterable[bytes], forwarding: Iterable[bytes] = FORWARDING
+) -> dict[bytes, int]:
+    """The lookup table ``read_head`` uses: lowercase header name -> what it means.
+
+    A forwarding header that is also a vary header is keyed, not refused.
+    """
+    vary = list(vary)
+    codes = {name: _FORWARDING for name in forwarding if name not in vary}
+    codes.update((name, _CREDENTIAL) for name in credentials)
     codes[b"content-type"] = _CONTENT_TYPE
     codes[b"content-length"] = _CONTENT_LENGTH
     codes[b"cache-control"] = _CACHE_CONTROL
@@ -119,6 +169,13 @@ def header_codes(vary: Iterable[bytes], credentials: Iterable[bytes]) -> dict[by
     return codes
 
 
+def _alias(name: bytes, codes: Mapping[bytes, int]) -> int:
+    """What ``name`` means when it is a credential, forwarding or vary header spelled with ``_``."""
+    code = codes.get(name.lower().replace(b"_", b"-"), 0)
+    vary = code & ~_MEANING
+    return vary | (code & _MEANING) if (code & _MEANING) in _ALIASED else vary
+
+
 def read_head(
     headers: Iterable[tuple[bytes, bytes]], codes: Mapping[bytes, int], vary_count: int
 ) -> RequestHead:
@@ -127,14 +184,20 @@ def read_head(
     for name, value in headers:
         code = codes.get(name)
         if code is None:
-            # ASGI servers lowercase header names; a hand-built scope may not.
-            if name.islower() or (code := codes.get(name.lower())) is None:
+            # ASGI servers lowercase header names; a hand-built scope may not. A name
+            # with "_" may be another spelling of one the key or a refusal reads.
+            if (name.islower() or (code := codes.get(name.lower())) is None) and (
+                b"_" not in name or not (code := _alias(name, codes))
+            ):
                 continue
         if code > _MEANING:
             head.vary[(code >> _VARY_SHIFT) - 1].append(value.decode("latin-1"))
         meaning = code & _MEANING
         if meaning == _CONTENT_TYPE:
-            head.content_type = head.content_type + b"," + value if head.content_type else value
+            if head.seen_type and code <= _MEANING:
+                head.repeated = True
+            head.seen_type = True
+            head.content_type = value if not head.content_type else head.content_type
         elif meaning == _CONTENT_LENGTH:
             try:
                 length = int(value)
@@ -158,12 +221,22 @@ def read_head(
         elif meaning == _HOST:
             if head.host is None:
                 head.host = value.decode("latin-1").lower()
+            elif code <= _MEANING:
+                # Servers pass a second Host on (uvicorn with httptools does); an app
+                # reading dict(scope["headers"]) sees the last, the key the first.
+                head.repeated = True
+        elif meaning == _FORWARDING:
+            head.forwarded = True
     if head.no_store:
         head.refusal = "no_store"
     elif head.encoded:
         head.refusal = "content_encoding"
     elif head.conditional:
         head.refusal = "conditional"
+    elif head.repeated:
+        head.refusal = "repeated_header"
+    elif head.forwarded:
+        head.refusal = "forwarded"
     return head
 
 
@@ -178,6 +251,8 @@ class RequestHeads:
     Args:
         vary: the request headers in the key, lowercased.
         credentials: the request headers that make a request private, lowercased.
+        forwarding: the forwarding headers that make a request bypass
+            unless ``vary`` holds them.
         max_body_bytes: a head whose ``Content-Length`` says more gets the
             refusal ``body_too_large`` (when it has no other), so that the hit
             path checks one refusal; ``None`` for no limit.
@@ -190,9 +265,13 @@ class RequestHeads:
     __slots__ = ("_codes", "_max_body_bytes", "_vary_count", "known")
 
     def __init__(
-        self, vary: list[bytes], credentials: list[bytes], max_body_bytes: int | None = None
+        self,
+        vary: list[bytes],
+        credentials: list[bytes],
+        max_body_bytes: int | None = None,
+        forwarding: Iterable[bytes] = FORWARDING,
     ) -> None:
-        self._codes = header_codes(vary, credentials)
+        self._codes = header_codes(vary, credentials, forwarding)
         self._vary_count = len(vary)
         self._max_body_bytes = max_body_bytes
         self.known: dict[tuple[tuple[bytes, bytes], ...], RequestHead] = {}
@@ -369,6 +448,8 @@ class RequestKeys:
             not head.remembered
             or len(body) > REMEMBERED_BODY_BYTES
             or not (principal is None or type(principal) is str)
+            or len(principal or "") + len(scope.get("query_string", b"")) > REMEMBERED_BODY_BYTES
+            or len(scope.get("path", "")) + len(scope.get("root_path", "")) > REMEMBERED_BODY_BYTES
         ):
             return self._build(route, scope, head, body, principal)
         # The head stands for the headers it was read from (by identity: a head is
@@ -405,7 +486,9 @@ class RequestKeys:
 
 
 REMEMBERED_BODY_BYTES = 1024
-"""Requests with bodies up to this size have their keys remembered."""
+"""Requests with bodies up to this size (and paths, queries and principals as well)
+have their keys remembered: what the memory holds is bounded in bytes, whatever
+the clients send."""
 REMEMBERED_REQUESTS = 512
 """How many keys (and, apart, heads) are remembered; the oldest goes first."""
 REMEMBERED_HEADER_BYTES = 4096

@@ -2,18 +2,22 @@
 
 A response is stored only when nothing about it is private, partial or meant to
 go stale at once: a final status in the allowed set (never ``206`` nor ``304``,
-which answer one request's ``Range`` or validators), no ``Set-Cookie``, no
-``Cache-Control`` that forbids a shared cache (``no-store``, ``private``,
-``no-cache``, ``max-age=0``, ``s-maxage=0``), no ``Pragma: no-cache``, no
+which answer one request's ``Range`` or validators), no ``Set-Cookie`` (nor
+``Set-Cookie2``), no ``Cache-Control`` that forbids a shared cache
+(``no-store``, ``private``, ``no-cache``, ``max-age=0``, ``s-maxage=0``, in
+any spelling ``freshness.cache_control`` reads), no ``Pragma: no-cache``, no
 ``Expires`` in the past (``0`` included) unless ``Cache-Control`` gives a
 lifetime, no ``Vary`` on something the key does not hold, no event stream, no
 file sent by path, a body under the cap, and the user's ``admit`` hook agreeing.
+A response that gives a lifetime is stored for no longer than what is left of
+it (``freshness``), and its ``Age`` is not stored: a hit computes it.
 
 A stored value is checked before it is stored and before it is replayed
 (``invalid_reason``): a status a server cannot send, or a header it would
 refuse, would break every connection it is replayed on.
 
-What is stored is a JSON-able list ``[status, headers, body, length_at]``: the headers as
+What is stored is a JSON-able list ``[status, headers, body, length_at, born]``
+(``born``: when the response was generated, Unix seconds): the headers as
 ``[name, value]`` pairs of Latin-1 strings, the body as a Latin-1 string.
 Latin-1 maps each byte to one code point, so the body round-trips byte for byte
 through the value envelope without the base64 walk that ``bytes`` would take.
@@ -26,15 +30,16 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
 
 from ..stats import RateLimitedLog
+from .freshness import cache_control, delta_seconds, http_date
 from .types import FixedHeaders, Headers, Message, Scope
 
 __all__ = [
@@ -70,14 +75,13 @@ HOP_BY_HOP = frozenset(
     }
 )
 _PRIVATE_DIRECTIVES = frozenset({"no-store", "private", "no-cache"})
-_LIFETIMES = frozenset({"max-age", "s-maxage"})
-_STALE_DIRECTIVES = frozenset({"stale-while-revalidate", "stale-if-error"})
+_LIFETIMES = ("max-age", "s-maxage")
+_COOKIES = frozenset({b"set-cookie", b"set-cookie2"})
+# Refusals the next identical request's run may not repeat: no hit-for-pass for them.
+_PASSING_REFUSALS = frozenset({"failure", "too_large"})
 NEVER_STORED = frozenset({206, 304})
 """Statuses never stored, whatever ``statuses`` says: each answers one request's
 ``Range`` or validators, which the key does not hold."""
-# Refusals whose response followers may still share live (a failure, or a body
-# too large to keep): nothing in it belongs to the request that ran the app.
-_SHAREABLE_REFUSALS = frozenset({"failure", "too_large"})
 # Statuses that carry no body and must not carry Content-Length (RFC 9110 8.6).
 _NO_LENGTH = frozenset({204, 304})
 # RFC 9110 5.1 and 5.5: a field name is a token; a value has no CR, LF, NUL nor other controls.
@@ -131,8 +135,7 @@ def refusal(
 ) -> str | None:
     """Why a response cannot be stored, judged by its start message; ``None`` if it may be.
 
-    A ``5xx`` is refused as ``failure``: it is not stored, but the requests
-    waiting on it share it, as callers share an exception (``shareable``).
+    A ``5xx`` is refused as ``failure``: neither stored nor shared (``shareable``).
     """
     status = message.get("status")
     if status not in statuses or status in NEVER_STORED:
@@ -140,22 +143,14 @@ def refusal(
     if message.get("trailers", False):
         return "trailers"
     expires_past = False
-    lifetime = False
     too_large = False
+    controls: list[str] = []
     for raw_name, value in message.get("headers", ()):
         name = raw_name.lower()
-        if name == b"set-cookie":
+        if name in _COOKIES:
             return "set_cookie"
         if name == b"cache-control":
-            for part in value.decode("latin-1").split(","):
-                directive, _, argument = part.partition("=")
-                directive = directive.strip().lower()
-                if directive in _PRIVATE_DIRECTIVES:
-                    return "cache_control"
-                if directive in _LIFETIMES:
-                    if not _positive(argument):
-                        return "cache_control"
-                    lifetime = True
+            controls.append(value.decode("latin-1"))
         elif name == b"pragma":
             if b"no-cache" in value.lower():
                 return "pragma"
@@ -176,60 +171,59 @@ def refusal(
                 too_large = too_large or int(value) > limit
             except ValueError:
                 pass
+    lifetime = False
+    if controls:
+        directives = cache_control(controls)
+        if not _PRIVATE_DIRECTIVES.isdisjoint(directives):
+            return "cache_control"
+        for directive in _LIFETIMES:
+            if directive in directives:
+                if not delta_seconds(directives[directive]):
+                    return "cache_control"
+                lifetime = True
     if expires_past and not lifetime:
         # RFC 9111 5.3: a lifetime in Cache-Control overrides Expires.
         return "expires"
     return "too_large" if too_large else None
 
 
-def stale_windows(response: StoredResponse) -> tuple[float | None, float | None]:
-    """The response's own ``Cache-Control: stale-while-revalidate=N, stale-if-error=N``
-    (RFC 5861), in seconds; ``None`` for a directive it does not give (or gives unreadably)."""
-    found: dict[str, float] = {}
-    for name, value in response.headers:
-        if name.lower() != b"cache-control":
-            continue
-        for part in value.decode("latin-1").split(","):
-            directive, _, argument = part.partition("=")
-            directive = directive.strip().lower()
-            if directive in _STALE_DIRECTIVES:
-                try:
-                    seconds = int(argument.strip().strip('"'))
-                except ValueError:
-                    continue
-                if seconds >= 0:
-                    found.setdefault(directive, float(seconds))
-    return found.get("stale-while-revalidate"), found.get("stale-if-error")
-
-
 def shareable(reason: str | None) -> bool:
-    """Whether requests waiting on a response refused for ``reason`` may share it live."""
-    return reason is None or reason in _SHAREABLE_REFUSALS
+    """Whether requests waiting on a response refused for ``reason`` may share it live.
+
+    Only a response the cache would store: a ``5xx`` (a quota, an overload) may
+    be the requesting client's own failure, and a response too large to keep
+    is not one the cache vouches for.
+    """
+    return reason is None
 
 
-def _positive(argument: str) -> bool:
-    try:
-        return int(argument.strip().strip('"')) > 0
-    except ValueError:
-        return False
+def private(reason: str) -> bool:
+    """Whether a response refused for ``reason`` would be refused for every identical
+    request too (``Cache-Control: private``, ``Set-Cookie``...): hit-for-pass remembers it.
+
+    A failure or a response too large may not come again, so its key is not passed.
+    """
+    return reason not in _PASSING_REFUSALS
 
 
 def _in_the_past(value: bytes) -> bool:
     """RFC 9111 5.3: an invalid date, ``0`` above all, means already expired."""
-    try:
-        when = parsedate_to_datetime(value.decode("latin-1"))
-    except (TypeError, ValueError, IndexError):
-        return True
-    try:
-        return when.timestamp() <= time.time()
-    except (OverflowError, ValueError, OSError):
-        return True
+    when = http_date(value)
+    return when is None or when <= time.time()
 
 
-def to_value(response: StoredResponse, drop: Collection[bytes], *, head: bool = False) -> list[Any]:
+def to_value(
+    response: StoredResponse,
+    drop: Collection[bytes],
+    *,
+    head: bool = False,
+    born: float | None = None,
+) -> list[Any]:
     """The stored form of ``response``, without hop-by-hop headers nor those in ``drop``.
 
-    ``[status, headers, body, length_at]``. ``Content-Length`` is not stored,
+    ``[status, headers, body, length_at, born]``, ``born`` last only when
+    given (when the response was generated: a hit's ``Age`` counts from it,
+    so the app's own ``Age`` is not stored). ``Content-Length`` is not stored,
     since a hit computes it from the body it sends; ``length_at`` says where
     the app put it among the headers (``-1``: it sent none, as a streamed
     response does), so that a hit sends the same headers in the same order.
@@ -246,12 +240,17 @@ def to_value(response: StoredResponse, drop: Collection[bytes], *, head: bool = 
         lowered = name.lower()
         if lowered in HOP_BY_HOP or lowered in drop or lowered in listed:
             continue
+        if lowered == b"age" and born is not None:
+            continue
         if lowered == b"content-length" and not head:
             if length_at < 0:
                 length_at = len(headers)
             continue
         headers.append([name.decode("latin-1"), value.decode("latin-1")])
-    return [response.status, headers, response.body.decode("latin-1"), length_at]
+    stored: list[Any] = [response.status, headers, response.body.decode("latin-1"), length_at]
+    if born is not None:
+        stored.append(born)
+    return stored
 
 
 class InvalidEntry(ValueError):
@@ -269,17 +268,20 @@ class InvalidEntry(ValueError):
 def invalid_reason(value: Any, *, head: bool) -> str | None:
     """What makes ``value`` unfit to replay, or ``None`` when it is a valid stored response.
 
-    Valid: ``[status, headers, body, length_at]`` (``length_at`` may be
-    missing in entries stored before it existed) with an int status in 100-599 other than
+    Valid: ``[status, headers, body, length_at, born]`` (``length_at`` and
+    ``born`` may be missing in entries stored before they existed) with a
+    finite number for ``born``, an int status in 100-599 other than
     101 (a hit cannot switch protocols), header names that are tokens, values
     without CR, LF, NUL or other controls, all Latin-1, no hop-by-hop header,
     no ``Content-Length`` but on a ``HEAD`` answer (a hit computes it), and a
     Latin-1 string body.
     """
-    if type(value) is not list or not 3 <= len(value) <= 4:
+    if type(value) is not list or not 3 <= len(value) <= 5:
         return "shape"
     status, headers, body = value[0], value[1], value[2]
-    if len(value) == 4 and (type(value[3]) is not int or not -1 <= value[3] <= len(headers)):
+    if len(value) >= 4 and (type(value[3]) is not int or not -1 <= value[3] <= len(headers)):
+        return "shape"
+    if len(value) == 5 and (type(value[4]) not in (int, float) or not math.isfinite(value[4])):
         return "shape"
     if type(status) is not int or not 100 <= status <= 599 or status == 101:
         return "status"
@@ -319,17 +321,31 @@ class Replay:
         body: the body.
         hit_headers: ``headers`` with the hit headers of the middleware that
             made it: what that middleware's hits send, joined once.
+        born: when the response was generated (Unix seconds), or ``None``
+            for an entry stored before that was kept (its hits send no ``Age``).
     """
 
-    __slots__ = ("body", "headers", "hit_headers", "status")
+    __slots__ = ("body", "born", "headers", "hit_headers", "status")
 
     def __init__(
-        self, status: int, headers: FixedHeaders, body: bytes, hit_headers: FixedHeaders = ()
+        self,
+        status: int,
+        headers: FixedHeaders,
+        body: bytes,
+        hit_headers: FixedHeaders = (),
+        born: float | None = None,
     ) -> None:
         self.status = status
         self.headers = headers
         self.body = body
         self.hit_headers = (*headers, *hit_headers)
+        self.born = born
+
+    def hit_start(self) -> list[tuple[bytes, bytes]]:
+        """The headers of one hit: ``hit_headers``, then its ``Age`` (RFC 9111 5.1)."""
+        if self.born is None:
+            return [*self.hit_headers]
+        return [*self.hit_headers, _age(self.born)]
 
     @classmethod
     def of(cls, value: Any, *, head: bool, hit_headers: FixedHeaders = ()) -> Replay:
@@ -352,19 +368,28 @@ class Replay:
         ]
         body = text.encode("latin-1")
         # Where the app put its length; an entry stored before length_at existed gets one last.
-        length_at = value[3] if len(value) == 4 else len(headers)
+        length_at = value[3] if len(value) >= 4 else len(headers)
         if not head and status not in _NO_LENGTH and length_at >= 0:
             headers.insert(length_at, (b"content-length", str(len(body)).encode()))
-        return cls(status, tuple(headers), body, hit_headers)
+        born = value[4] if len(value) == 5 else None
+        return cls(status, tuple(headers), body, hit_headers, born)
 
     def messages(self, extra: FixedHeaders) -> tuple[Message, Message]:
-        """The two messages that answer a request, with ``extra`` headers last."""
+        """The two messages that answer a request, with ``extra`` headers, then ``Age``, last."""
+        headers = [*self.headers, *extra]
+        if self.born is not None:
+            headers.append(_age(self.born))
         start = {
             "type": "http.response.start",
             "status": self.status,
-            "headers": [*self.headers, *extra],
+            "headers": headers,
         }
         return start, {"type": "http.response.body", "body": self.body, "more_body": False}
+
+
+def _age(born: float) -> tuple[bytes, bytes]:
+    """The ``Age`` header of a response generated at ``born`` (Unix seconds), now."""
+    return b"age", b"%d" % max(0, int(time.time() - born))
 
 
 def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Replay]:

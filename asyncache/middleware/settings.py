@@ -13,14 +13,67 @@ from .stats import MiddlewareStats
 from .status import StatusHeaders
 from .types import ASGIApp, Scope
 
-__all__ = ["MAX_PASSES", "ExchangeSettings", "OnHit"]
+__all__ = [
+    "FOLLOWER_FACTOR",
+    "FOLLOWER_FLOOR",
+    "MAX_PASSES",
+    "ExchangeSettings",
+    "OnHit",
+    "RunTimes",
+]
 
+FOLLOWER_FACTOR = 4.0
+"""With ``follower_timeout=None``, a follower waits this many times the route's typical run."""
+FOLLOWER_FLOOR = 0.1
+"""... and never less than this many seconds: a fast route's followers still share."""
 MAX_PASSES = 4096
 """The most keys remembered as uncacheable at once (hit-for-pass); past it, the expired
 ones go, and if none has, all of them (a request then only queues once more)."""
 
 OnHit = Callable[[Scope], Any]
 """``on_hit(asgi_scope)``: called before a stored answer is sent; ``False`` sends none."""
+
+
+class RunTimes:
+    """How long the app takes to answer on each route, and so how long a follower waits.
+
+    A follower waits on another request's run only while it is not much slower
+    than a normal run: a client whose request the app throttles (a quota, a
+    slow path for its account) must not hold up an identical request of
+    someone else's. Only runs whose answer was shared or stored are timed, so
+    such a client cannot stretch the wait either.
+
+    Args:
+        fixed: the wait in seconds; ``None`` to follow the route's typical
+            run (``FOLLOWER_FACTOR`` times its moving average, at least
+            ``FOLLOWER_FLOOR``).
+    """
+
+    __slots__ = ("fixed", "typical")
+
+    def __init__(self, fixed: float | None) -> None:
+        self.fixed = fixed
+        self.typical: dict[str, float] = {}
+        """Route -> moving average of its storable runs, in seconds."""
+
+    def ran(self, route: str, seconds: float) -> None:
+        """Count one run of ``route`` whose answer could be shared."""
+        typical = self.typical.get(route)
+        self.typical[route] = seconds if typical is None else 0.8 * typical + 0.2 * seconds
+
+    def wait(self, route: str, limit: float | None) -> float | None:
+        """How long a follower of a run of ``route`` waits for its answer to start.
+
+        ``limit`` (the cache's ``coalesce_timeout``; ``None``: none) bounds it,
+        and is the wait before the route's first run was timed.
+        """
+        wait = self.fixed
+        if wait is None:
+            typical = self.typical.get(route)
+            if typical is None:
+                return limit
+            wait = max(FOLLOWER_FLOOR, FOLLOWER_FACTOR * typical)
+        return wait if limit is None else min(wait, limit)
 
 
 class ExchangeSettings:
@@ -41,6 +94,7 @@ class ExchangeSettings:
         "on_hit",
         "pass_ttl",
         "passes",
+        "run_times",
         "stats",
         "statuses",
     )
@@ -59,6 +113,7 @@ class ExchangeSettings:
         audit: bool,
         freshness: Freshness | None = None,
         pass_ttl: float = 5.0,
+        follower_timeout: float | None = None,
     ) -> None:
         self.app = app
         self.engine = engine
@@ -69,6 +124,7 @@ class ExchangeSettings:
         self.admit = admit
         self.on_hit = on_hit
         self.audit = audit
+        self.run_times = RunTimes(follower_timeout)
         self.freshness = freshness
         """These routes' freshness settings (the cache's when ``None``): the most a
         response's own ``Cache-Control: stale-*`` may ask for."""

@@ -3,7 +3,9 @@
 Each ``ProcessOffload`` worker is a process plus a thread in the parent that
 owns it. The thread takes one call at a time from the pool's queue, sends it
 down the process's pipe and waits for the reply or the process's death, so a
-dead process fails only the call it held.
+dead process fails only the call it held. A call that never reached a process
+(its replacement died while starting, or died before reading it) goes back to
+the queue, for another worker or the next replacement.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
 
-__all__ = ["Job", "WorkerSupervisor"]
+__all__ = ["START_DEATHS", "Job", "WorkerSupervisor"]
+
+START_DEATHS = 8
+"""Replacements that may die while starting for one call before that call fails.
+
+A call that never ran is safe to hand on; the bound keeps a worker that can
+never start (it crashes while loading the model) from holding calls forever.
+"""
 
 
 class Job:
@@ -37,7 +46,16 @@ class Job:
         future: completed with the call's outcome.
     """
 
-    __slots__ = ("args", "cancelled", "future", "kwargs", "loop", "name", "target")
+    __slots__ = (
+        "args",
+        "cancelled",
+        "future",
+        "kwargs",
+        "loop",
+        "name",
+        "start_deaths",
+        "target",
+    )
 
     def __init__(
         self,
@@ -55,6 +73,8 @@ class Job:
         self.loop = loop
         self.future = future
         self.cancelled = False
+        self.start_deaths = 0
+        """Processes that died while starting to run this call."""
 
     def give_up(self, _future: asyncio.Future[Any]) -> None:
         """Done callback of ``future``: a cancelled call is skipped, not sent."""
@@ -108,8 +128,9 @@ class WorkerSupervisor:
 
     The thread takes a call from the pool's queue only when its process is
     idle, so at any moment it knows exactly which call its process runs: when
-    the process dies, that call, and no other, fails. ``deaths`` and
-    ``restarts`` count what happened to this worker's processes.
+    the process dies, that call, and no other, fails. ``deaths`` counts every
+    process of this worker found dead (running a call, idle, or starting), and
+    ``restarts`` every process started in place of another.
 
     Args:
         jobs: the pool's queue; ``None`` in it tells one worker to stop.
@@ -162,7 +183,15 @@ class WorkerSupervisor:
                     if not self._alive():
                         error = self._spawn()
                         if error is not None:
-                            job.finish(False, error)
+                            if (
+                                isinstance(error, WorkerDiedError)
+                                and job.start_deaths < START_DEATHS
+                            ):
+                                # It never ran: back to the queue, for a worker that is up.
+                                job.start_deaths += 1
+                                self.jobs.put(job)
+                            else:
+                                job.finish(False, error)
                             continue
                     self._execute(job)
                 except Exception as exc:
@@ -174,7 +203,13 @@ class WorkerSupervisor:
             self._stop()
 
     def _alive(self) -> bool:
-        return self.process is not None and self.process.is_alive()
+        if self.process is None:
+            return False
+        if self.process.is_alive():
+            return True
+        self.deaths += 1  # died while idle: killed, or the OOM killer's pick
+        self._reap()
+        return False
 
     def _spawn(self) -> BaseException | None:
         """Start a process and wait until its initializer ran; the error when it failed."""
@@ -209,6 +244,8 @@ class WorkerSupervisor:
         if kind == "ready":
             return None
         self._reap()
+        if kind == "died":
+            self.deaths += 1
         if kind == "init_error":
             error = OffloadError(f"the worker initializer raised {payload!r}")
             error.__cause__ = _RemoteTraceback(remote or "")
@@ -239,6 +276,7 @@ class WorkerSupervisor:
             conn.send((job.target, job.args, job.kwargs))
         except OSError:
             # The process died before it read the call, so the call never ran.
+            self.deaths += 1
             self.jobs.put(job)
             self._reap()
             return

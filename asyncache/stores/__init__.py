@@ -4,18 +4,20 @@
 Redis); ``asyncache.testing`` the contract suite every store must pass.
 """
 
-from .memory import MemoryStore
+from .memory import ENTRY_SCOPE, MemoryStore, entries_of
 from .protocol import DecisionStore, Entry, EntryScan, LeaseStore, is_live
 from .registry import open_store, register_store
 from .tiered import TieredStore
 
 __all__ = [
+    "ENTRY_SCOPE",
     "DecisionStore",
     "Entry",
     "EntryScan",
     "LeaseStore",
     "MemoryStore",
     "TieredStore",
+    "entries_of",
     "is_live",
     "open_store",
     "register_store",

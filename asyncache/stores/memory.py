@@ -1,17 +1,49 @@
-"""MemoryStore: an in-process LRU bounded by entries and by estimated bytes."""
+"""MemoryStore: an in-process LRU bounded by entries and by estimated bytes, and per scope.
+
+A key is a digest: the store cannot tell whose entry it holds. The door that
+knows (the middleware, with its ``scope`` function) says so in
+``ENTRY_SCOPE`` around the calls that may add, and ``max_entries_per_scope``
+then keeps each scope within its own budget: a scope over it evicts its own
+least recently used entry, never another scope's.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..keys import canonical
 from .protocol import Entry
 
-__all__ = ["MemoryStore", "memory_options"]
+__all__ = ["ENTRY_SCOPE", "MemoryStore", "entries_of", "memory_options"]
+
+ENTRY_SCOPE: ContextVar[str | None] = ContextVar("asyncache_entry_scope", default=None)
+"""The scope (tenant, principal) the entries added in this context belong to;
+``None``: unscoped. Only ``max_entries_per_scope`` reads it; entries added
+without it share the unscoped budget."""
+
+
+@contextmanager
+def entries_of(scope: Any) -> Iterator[None]:
+    """Within it, what is added counts against ``scope``'s budget (``ENTRY_SCOPE``).
+
+    ``scope`` is the key's scope (a principal, a tenant): a string as it is,
+    anything else by its canonical encoding, so equal scopes share a budget.
+    """
+    if scope is None:
+        yield
+        return
+    token = ENTRY_SCOPE.set(scope if type(scope) is str else canonical(scope).decode())
+    try:
+        yield
+    finally:
+        ENTRY_SCOPE.reset(token)
 
 
 def _block(size: int) -> int:
@@ -28,6 +60,7 @@ _ENTRY_OVERHEAD = (
     _block(sys.getsizeof(Entry(b"", 0.0))) + _block(sys.getsizeof(0.0)) + _CONTAINER_OVERHEAD
 )
 _BYTES_OVERHEAD = sys.getsizeof(b"")
+_NO_SCOPE: Any = object()  # a key no scope was charged for
 
 
 def entry_size(key: bytes, value: bytes) -> int:
@@ -50,6 +83,13 @@ class MemoryStore:
             overhead); ``None`` for no bound.
         max_entry_bytes: an entry estimated larger than this is not kept
             (``add`` still returns it to its caller).
+        max_entries_per_scope: most entries one scope (``ENTRY_SCOPE``, the
+            unscoped ones together being one) holds; ``None`` for no budget.
+            A scope at its budget evicts its own least recently used entry.
+            The store-wide bounds still evict the least recently used entry
+            of any scope: set ``max_entries`` to at least the budget times
+            the scopes expected, so that only a scope past its budget loses
+            entries to itself.
     """
 
     def __init__(
@@ -58,24 +98,31 @@ class MemoryStore:
         max_entries: int | None = 100_000,
         max_bytes: int | None = 256 * 1024 * 1024,
         max_entry_bytes: int | None = 8 * 1024 * 1024,
+        max_entries_per_scope: int | None = None,
     ) -> None:
         for name, bound in (
             ("max_entries", max_entries),
             ("max_bytes", max_bytes),
             ("max_entry_bytes", max_entry_bytes),
+            ("max_entries_per_scope", max_entries_per_scope),
         ):
             if bound is not None and bound <= 0:
                 raise ValueError(f"{name} must be positive or None, got {bound!r}")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.max_entry_bytes = max_entry_bytes
+        self.max_entries_per_scope = max_entries_per_scope
         self._data: OrderedDict[bytes, Entry] = OrderedDict()
         self._bytes = 0
         self.evictions = 0
+        # With a budget: each scope's keys, least recently used first, and each key's scope.
+        self._scopes: dict[str | None, OrderedDict[bytes, None]] = {}
+        self._scope_of: dict[bytes, str | None] = {}
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
-        """A store from ``memory://?max_entries=1000&max_bytes=...&max_entry_bytes=...``.
+        """A store from ``memory://?max_entries=1000&max_bytes=...&max_entry_bytes=...``
+        (and ``max_entries_per_scope``).
 
         Each bound is a positive integer, or ``none`` for no bound.
 
@@ -110,6 +157,10 @@ class MemoryStore:
             self._drop(key, entry)
             return None
         self._data.move_to_end(key)
+        if self._scope_of:
+            scope = self._scope_of.get(key, _NO_SCOPE)
+            if scope is not _NO_SCOPE:
+                self._scopes[scope].move_to_end(key)
         return entry
 
     # The engine's synchronous fast path: a hit here costs no coroutine.
@@ -132,9 +183,26 @@ class MemoryStore:
         old = self._data.pop(key, None)
         if old is not None:
             self._bytes -= entry_size(key, old.value)
+            self._unscope(key)
         self._data[key] = entry
         self._bytes += size
+        if self.max_entries_per_scope is not None:
+            self._charge(key, ENTRY_SCOPE.get())
         self._evict()
+
+    def _charge(self, key: bytes, scope: str | None) -> None:
+        """Count ``key`` in ``scope``'s budget, evicting that scope's oldest entries past it."""
+        budget = self.max_entries_per_scope
+        assert budget is not None
+        keys = self._scopes.get(scope)
+        if keys is None:
+            keys = self._scopes[scope] = OrderedDict()
+        keys[key] = None
+        self._scope_of[key] = scope
+        while len(keys) > budget:
+            oldest = next(iter(keys))
+            self._drop(oldest, self._data[oldest])
+            self.evictions += 1
 
     def delete_now(self, key: bytes) -> None:
         """Drop ``key`` if present."""
@@ -197,6 +265,8 @@ class MemoryStore:
 
     async def clear(self) -> None:
         self._data.clear()
+        self._scopes.clear()
+        self._scope_of.clear()
         self._bytes = 0
 
     async def aclose(self) -> None:
@@ -254,11 +324,22 @@ class MemoryStore:
             "max_entries": self.max_entries,
             "max_bytes": self.max_bytes,
             "max_entry_bytes": self.max_entry_bytes,
+            "max_entries_per_scope": self.max_entries_per_scope,
         }
 
     def _drop(self, key: bytes, entry: Entry) -> None:
         del self._data[key]
         self._bytes -= entry_size(key, entry.value)
+        self._unscope(key)
+
+    def _unscope(self, key: bytes) -> None:
+        if self._scope_of:
+            scope = self._scope_of.pop(key, _NO_SCOPE)
+            if scope is not _NO_SCOPE:
+                keys = self._scopes[scope]
+                del keys[key]
+                if not keys:
+                    del self._scopes[scope]
 
     def _evict(self) -> None:
         data = self._data
@@ -268,15 +349,17 @@ class MemoryStore:
         ):
             key, entry = data.popitem(last=False)
             self._bytes -= entry_size(key, entry.value)
+            self._unscope(key)
             self.evictions += 1
 
 
 def memory_options(options: dict[str, str]) -> dict[str, int | None]:
-    """Parse a memory URL's ``max_entries``, ``max_bytes`` and ``max_entry_bytes``.
+    """Parse a memory URL's ``max_entries``, ``max_bytes``, ``max_entry_bytes`` and
+    ``max_entries_per_scope``.
 
     Each is a positive integer, or ``none`` for no bound (``max_entries=none``).
     """
-    known = {"max_entries", "max_bytes", "max_entry_bytes"}
+    known = {"max_entries", "max_bytes", "max_entry_bytes", "max_entries_per_scope"}
     unknown = set(options) - known
     if unknown:
         raise ConfigurationError(

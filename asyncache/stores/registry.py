@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import ConfigurationError
+from ..redact import redact_url
 from .protocol import DecisionStore
 
 __all__ = ["open_store", "register_store"]
@@ -52,7 +53,8 @@ def _factory(scheme: str, url: str) -> StoreFactory:
     if found is None:
         known = ", ".join(f"{name}://" for name in sorted(_FACTORIES))
         raise ConfigurationError(
-            f"unknown store scheme {scheme!r} in {url!r}; use {known} or tiered+<one of those>"
+            f"unknown store scheme {scheme!r} in {redact_url(url)!r}; "
+            f"use {known} or tiered+<one of those>"
         )
     if isinstance(found, str):
         import importlib
@@ -81,7 +83,7 @@ def open_store(url: str) -> DecisionStore:
     scheme, sep, _rest = url.partition("://")
     if not sep:
         raise ConfigurationError(
-            f"not a store URL: {url!r} (expected e.g. memory:// or sqlite:///path)"
+            f"not a store URL: {redact_url(url)!r} (expected e.g. memory:// or sqlite:///path)"
         )
     scheme = scheme.lower()
     if scheme.startswith("tiered+"):

@@ -200,6 +200,17 @@ class TieredStore:
             self.invalidations += 1
             self.l1.delete_now(key)
 
+    async def expired_at(self, key: bytes) -> float | None:
+        """When L2's entry under ``key`` expired, if L2 can tell (``SQLiteStore`` can)."""
+        expired_at = getattr(self.l2, "expired_at", None)
+        return None if expired_at is None else await expired_at(key)
+
+    def pause_upkeep(self) -> None:
+        """Pause L2's own background writes, when it has any (replay)."""
+        pause = getattr(self.l2, "pause_upkeep", None)
+        if pause is not None:
+            pause()
+
     async def prune(self) -> int:
         """Prune both tiers; return how many entries L2 dropped."""
         await self.l1.prune()

@@ -92,7 +92,6 @@ async def test_every_counter_and_the_histogram_are_exported(registry: Any, scrap
 
 
 async def test_store_stats_are_gauges(registry: Any, scrape: Any, tmp_path: Path) -> None:
-    pytest.importorskip("aiosqlite")
     async with DecisionCache(open_store(f"sqlite:///{tmp_path / 'm.db'}")) as cache:
         instrument(cache, name="scored", registry=registry)
         await _cached(cache, [])(1)

@@ -131,6 +131,33 @@ def test_fingerprint_follows_the_dtype_unless_pinned() -> None:
     assert [model.fingerprint for model in pinned] == ["clf@3", "clf@3"]
 
 
+def int8(seed: int) -> Any:
+    """A small MLP quantized the way deployments shrink one: dynamic int8 Linear layers."""
+    torch.manual_seed(seed)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    return torch.ao.quantization.quantize_dynamic(mlp, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+# torch deprecates its eager quantization API (and quantized tensor constructors) in
+# favour of torchao; users still ship models made with it.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+def test_fingerprint_of_a_dynamic_int8_model() -> None:
+    # Its state dict holds packed parameters: a (quantized weight, bias) tuple and a dtype.
+    packed = [v for v in int8(0).state_dict().values() if not isinstance(v, torch.Tensor)]
+    assert any(isinstance(v, tuple) for v in packed)
+    model = TorchModel(int8(0))
+    first = model.fingerprint
+    assert first.startswith("torch:Sequential:")
+    assert TorchModel(int8(0)).fingerprint == first  # deterministic
+    assert TorchModel(int8(1)).fingerprint != first  # other weights
+    assert state_dict_digest(int8(0)) != state_dict_digest(int8(1))
+    source = torch.nn.Sequential(torch.nn.Linear(4, 8))
+    float16 = torch.ao.quantization.quantize_dynamic(source, {torch.nn.Linear}, torch.float16)
+    assert state_dict_digest(float16) != state_dict_digest(source)
+    [row] = model.predict_batch([[1.0, 2.0, 3.0, 4.0]])
+    assert len(row) == 3
+
+
 def test_integer_inputs_keep_their_dtype() -> None:
     embedding = torch.nn.Embedding(10, 2)
     model = TorchModel(embedding, dtype=torch.float16, preprocess=lambda items: torch.tensor(items))

@@ -26,8 +26,6 @@ from ..support.stores import fill
 ROOT = Path(__file__).resolve().parents[2]
 _SCRIPT = shutil.which("asyncache", path=str(Path(sys.executable).parent))
 
-pytest.importorskip("aiosqlite")
-
 
 def run(
     *args: str,

@@ -16,8 +16,6 @@ from asyncache.stores import MemoryStore
 from ..support.stores import fill
 from .test_cli import one_line_error, run
 
-pytest.importorskip("aiosqlite")
-
 
 def test_version() -> None:
     result = run("--version")

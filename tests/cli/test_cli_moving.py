@@ -19,8 +19,6 @@ from asyncache.stores import DecisionStore, Entry, EntryScan
 from ..support.stores import fill
 from .test_cli import one_line_error, run
 
-pytest.importorskip("aiosqlite")
-
 SECRET = "copy-test-secret"
 
 
@@ -225,3 +223,20 @@ def test_entries_is_not_required_of_a_decision_store() -> None:
 
     assert isinstance(Minimal(), DecisionStore)
     assert not isinstance(Minimal(), EntryScan)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [b"", b"\x01", bytes(300), b"lease:" + bytes(range(16)), bytes(15), bytes(17)],
+    ids=["0 bytes", "1 byte", "300 bytes", "a lease key", "15 bytes", "17 bytes"],
+)
+def test_import_refuses_keys_the_cache_never_makes(tmp_path: Path, key: bytes) -> None:
+    # A line keyed "lease:" + K would land on K's lease key in Redis, with no expiry.
+    url = f"sqlite:///{tmp_path / 'target.db'}"
+    value = base64.b64encode(b"v").decode()
+    lines = tmp_path / "keys.jsonl"
+    good = {"key": "01" * 16, "value": value, "expires_at": None}
+    lines.write_text(json.dumps(good) + "\n" + json.dumps({**good, "key": key.hex()}) + "\n")
+    error = one_line_error(run("import", url, str(lines), module=True))
+    assert f"{lines}:2: a key is 16 bytes (32 hex digits), not {len(key)}" in error
+    assert not (tmp_path / "target.db").exists() or not asyncio.run(_walk(url))

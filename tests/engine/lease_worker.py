@@ -46,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--hold", type=float, default=0.0, help="most seconds a model run waits for a lease wait"
     )
-    parser.add_argument("--lease-ttl", type=float, default=30.0)
+    parser.add_argument(
+        "--lease-ttl", type=float, default=None, help="seconds; the cache's default when omitted"
+    )
     parser.add_argument("--ttl", type=float, default=None, help="the cache's ttl")
     parser.add_argument(
         "--stale-while-revalidate",
@@ -92,11 +94,12 @@ async def _hold(signals: Path, limit: float) -> None:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    lease_options = {} if args.lease_ttl is None else {"lease_ttl": args.lease_ttl}
     cache = DecisionCache(
         open_store(args.store),
         namespace="fleet",
         leases=True,
-        lease_ttl=args.lease_ttl,
+        **lease_options,
         ttl=args.ttl,
         stale_while_revalidate=args.stale_while_revalidate,
         # Generous: a store call timing out would (correctly) compute without a

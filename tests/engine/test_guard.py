@@ -1,4 +1,5 @@
-"""guard.py: the timer a store call runs under, and the stores that are not timed again.
+"""guard.py: the timer a store call runs under, the stores that are not timed again, and
+the one store timeout a request pays.
 
 Failures, the cool-down and hanging stores are tested through the cache in test_cache.py.
 """
@@ -7,9 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 
+from asyncache import DecisionCache, cached_prediction
 from asyncache.engine._guard import StoreGuard
 from asyncache.stats import CacheStats, RateLimitedLog
+from asyncache.stores.redis import RedisStore
+
+from ..servers import RedisServer
+from ..support import GENEROUS_REDIS_TIMEOUTS
 
 
 class SlowStore:
@@ -83,3 +91,34 @@ async def test_the_cooldown_skips_the_call_and_a_success_resets_the_count() -> N
     assert guard.cooling("get") and stats.errors == 3
     assert await guard.call("get", quick) is None  # the store is cooling down
     assert made == ["quick"] and stats.errors == 3
+
+
+async def test_a_request_pays_one_store_timeout(redis_server: RedisServer) -> None:
+    """A stalled store costs a miss one timeout, not one per store call on its path.
+
+    The miss path with leases makes three calls (get, acquire_lease, add): once
+    the get timed out, the lease step and the add skip the store.
+    """
+    store = RedisStore.from_url(f"{redis_server.url}?{GENEROUS_REDIS_TIMEOUTS}", prefix="budget:")
+    cache = DecisionCache(store, leases=True, store_timeout=0.3, failure_threshold=1000)
+    runs: list[int] = []
+
+    @cached_prediction(cache)
+    async def predict(n: int) -> int:
+        runs.append(n)
+        return n * 2
+
+    assert await predict(0) == 0  # connected
+    assert redis_server.process is not None
+    os.kill(redis_server.process.pid, signal.SIGSTOP)
+    try:
+        assert await predict(1) == 2
+        assert cache.stats()["errors"] == 1  # the get timed out; nothing after it was tried
+        # The next request has a budget of its own: its get is tried (and times out) again.
+        assert await predict(2) == 4
+        assert cache.stats()["errors"] == 2
+    finally:
+        os.kill(redis_server.process.pid, signal.SIGCONT)
+    assert runs == [0, 1, 2]
+    await cache.aclose()
+    await store.aclose()

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +202,61 @@ async def test_a_dead_store_never_fails_a_prediction(redis_server: RedisServer) 
         assert cache.stats()["errors"] >= 3
 
 
+@pytest.mark.parametrize("store_wait", [0.0, 60.0])
+async def test_store_wait_decides_what_a_miss_does_while_the_store_is_down(
+    redis_server: RedisServer, store_wait: float
+) -> None:
+    """Two replicas (caches sharing only the store) miss the same key while Redis is down.
+
+    Failing open (``store_wait=0``) each computes at once, and a non-deterministic
+    model answers them differently. With ``store_wait`` they keep trying the
+    store, and once it is back one takes the lease and computes; the other gets
+    its decision: the fleet gives one answer.
+    """
+    pytest.importorskip("redis")
+    url = f"{redis_server.url}?prefix=wait:&{GENEROUS}"
+    runs: list[str] = []
+    caches = [
+        DecisionCache(
+            open_store(url), leases=True, store_timeout=STORE_TIMEOUT, store_wait=store_wait
+        )
+        for _ in range(2)
+    ]
+
+    def replica(cache: DecisionCache, name: str) -> Callable[[int], Awaitable[str]]:
+        @cached_prediction(cache, namespace="predict")
+        async def predict(x: int) -> str:
+            runs.append(name)
+            return f"{name}:{os.urandom(4).hex()}"
+
+        return predict
+
+    predictors = [replica(cache, str(n)) for n, cache in enumerate(caches)]
+    try:
+        for cache in caches:
+            await cache.store.get(b"\0" * 16)  # connected
+        redis_server.kill()
+        calls = [asyncio.create_task(predict(1)) for predict in predictors]
+        # Both have found the store down (their get, and their lease, failed).
+        await until(
+            lambda: all(cache.stats()["errors"] >= 2 for cache in caches), within=WAIT_TIMEOUT
+        )
+        if store_wait:
+            # Waiting for the store: nobody computed, nobody was answered.
+            assert runs == [] and not any(call.done() for call in calls)
+            redis_server.start()
+        # Failing open, both are answered while the store is still down.
+        answers = await asyncio.wait_for(asyncio.gather(*calls), WAIT_TIMEOUT)
+    finally:
+        for cache in caches:
+            await cache.aclose()
+            await cache.store.aclose()
+    if store_wait:
+        assert len(runs) == 1 and answers[0] == answers[1], [c.stats() for c in caches]
+    else:
+        assert sorted(runs) == ["0", "1"] and answers[0] != answers[1]
+
+
 # -- across processes ----------------------------------------------------------
 
 
@@ -333,3 +388,49 @@ def test_a_killed_owner_is_taken_over(
     nonces = {nonce for report in reports for nonce in report["decisions"]["0"]}
     assert len(nonces) == 1
     assert all(report["stats"]["errors"] == 0 for report in reports)
+
+
+@pytest.mark.slow
+async def test_a_live_owner_keeps_its_lease_and_a_killed_one_costs_about_a_lease_ttl(
+    store_url: str, tmp_path: Path, reap: list[subprocess.Popen[str]]
+) -> None:
+    """A short lease, renewed while the model runs (issue 22.14).
+
+    Another process holds the lease on a key while its model runs (600 s); a
+    caller here waits for it. While the owner lives its lease holds, five
+    lease ttls and more: the owner renews it. After ``kill -9`` the lease
+    ends within a ttl, and the caller here takes over and is answered.
+    """
+    go = tmp_path / "go"
+    owner = _spawn(tmp_path, "owner", store_url, go, keys=1, per_key=1, compute=600)
+    reap.append(owner)
+    await asyncio.to_thread(_wait_for, [tmp_path / "owner.ready"], reap)
+    go.touch()
+    # The owner's model runs once its line is written: it holds the lease.
+    await asyncio.to_thread(_wait_for, [tmp_path / "runs.log"], reap)
+    async with DecisionCache(
+        open_store(store_url), namespace="fleet", leases=True, store_timeout=STORE_TIMEOUT
+    ) as cache:
+        runs: list[int] = []
+
+        @cached_prediction(cache, namespace="predict")
+        async def predict(key: int) -> dict[str, Any]:
+            runs.append(key)
+            return {"key": key, "pid": os.getpid()}
+
+        waiter = asyncio.create_task(predict(0))
+        await until(lambda: cache.stats()["lease_waits"] == 1, within=WAIT_TIMEOUT)
+        # The owner's model has run five lease ttls (and more) by now: it kept its lease.
+        await asyncio.sleep(5 * cache.lease_ttl)
+        assert not waiter.done()
+        assert runs == [] and cache.stats()["lease_takeovers"] == 0
+        os.kill(owner.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        answer = await asyncio.wait_for(waiter, WAIT_TIMEOUT)
+        answered_after = time.monotonic() - killed
+        assert answer == {"key": 0, "pid": os.getpid()}
+        assert runs == [0] and cache.stats()["lease_takeovers"] == 1
+        # The dead owner's lease lived at most one ttl (1 s) past its last renewal;
+        # without renewals it lived the whole old default of 10 s.
+        assert answered_after < 3 * cache.lease_ttl, answered_after
+    await asyncio.to_thread(owner.communicate)

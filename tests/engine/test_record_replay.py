@@ -4,8 +4,12 @@ loudly on a call that was never recorded, through every door."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+import hashlib
+import sqlite3
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from asyncache import (
     DecisionCache,
     DecisionStore,
     ReplayMiss,
+    StoreError,
     cached_prediction,
     open_store,
 )
@@ -213,3 +218,275 @@ def test_record_needs_a_store_that_can_delete() -> None:
     with pytest.raises(ConfigurationError, match=r"mode='record'.*delete.*AddOnly"):
         DecisionCache(store, mode="record")  # type: ignore[arg-type]
     DecisionCache(store, mode="replay")  # type: ignore[arg-type]  # replay only reads
+
+
+# -- replay never writes ---------------------------------------------------------
+# Each attack leaves the recording byte for byte as it was: the file is hashed with
+# its WAL folded in (every connection closed) before and after the replay.
+
+
+def file_digest(path: Path) -> str:
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # checkpointed: the file is all
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def record_into(path: Path, texts: list[str], **options: Any) -> None:
+    """Record a verdict for each text, through single calls and ``many``."""
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="record", **options)
+    model = Model(cache, version=1)
+    for text in texts:
+        await model.predict(text)
+    await model.batched.many(texts)
+    await model.batched.aclose()
+    await cache.aclose()
+
+
+async def replay_each_door(model: Model, texts: list[str]) -> list[BaseException | Verdict]:
+    """One call of every door for each text: what each returned or raised, in order."""
+    calls = [model.predict(text) for text in texts]
+    calls += [model.batched(text) for text in texts]
+    outcomes: list[Any] = list(await asyncio.gather(*calls, return_exceptions=True))
+    try:
+        outcomes.extend(await model.batched.many(texts))
+    except ReplayMiss as miss:
+        outcomes.append(miss)
+    return outcomes
+
+
+async def test_replay_under_another_secret_says_so_and_deletes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.sqlite"
+    texts = ["a", "b", "c"]
+    await record_into(path, texts, secret="recorded-with")
+    before = file_digest(path)
+
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay", secret="rotated")
+    model = Model(cache, version=2)
+    outcomes = await replay_each_door(model, texts)
+    assert model.calls == []
+    assert await cache.store.count() == 6  # every recorded row is still there
+    assert outcomes and all(isinstance(outcome, ReplayMiss) for outcome in outcomes)
+    for miss in outcomes:
+        assert isinstance(miss, ReplayMiss) and miss.reason == "signature does not match"
+        assert "signature does not match" in str(miss) and "ASYNCACHE_SECRET" in str(miss)
+        assert "record it first" not in str(miss)
+    await model.batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
+
+    # The right secret replays them all.
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay", secret="recorded-with")
+    model = Model(cache, version=2)
+    assert await replay_each_door(model, texts) == [Verdict(t.upper(), 1) for t in texts * 3]
+    await model.batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
+
+
+async def test_replay_with_renew_on_hit_keeps_the_recorded_expiries(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.sqlite"
+    texts = ["a", "b"]
+    await record_into(path, texts, ttl=16.0)
+    before = file_digest(path)
+    await asyncio.sleep(1.1)  # older than ttl/16: a live cache would renew these now
+
+    cache = DecisionCache(
+        open_store(f"sqlite:///{path}"), mode="replay", ttl=16.0, renew_on_hit=True
+    )
+    model = Model(cache, version=2)
+    for _ in range(2):
+        assert await replay_each_door(model, texts) == [Verdict(t.upper(), 1) for t in texts * 3]
+    await model.batched.aclose()
+    await cache.aclose()  # awaits background renewals, had any started
+    assert cache.stats()["renewals"] == 0
+    assert file_digest(path) == before
+
+
+async def test_replay_of_an_expired_recording_says_so_and_prunes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.sqlite"
+    texts = ["a", "b", "c"]
+    await record_into(path, texts, ttl=0.3)
+    before = file_digest(path)
+    await asyncio.sleep(0.4)  # every recorded decision has expired
+
+    store = open_store(f"sqlite:///{path}?prune_interval=0.05")
+    cache = DecisionCache(store, mode="replay")
+    model = Model(cache, version=2)
+    outcomes = await replay_each_door(model, texts)
+    assert model.calls == []
+    await asyncio.sleep(0.3)  # six background prune intervals
+    assert await store.count() == 6
+    for miss in outcomes:
+        assert isinstance(miss, ReplayMiss) and miss.reason == "expired", miss
+        assert "expired" in str(miss) and "record it first" not in str(miss)
+    await model.batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
+
+
+async def test_replay_of_a_corrupt_entry_says_so_and_leaves_it(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.sqlite"
+    await record_into(path, ["a"])
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE asyncache_entries SET value = x'10ff'")
+    before = file_digest(path)
+
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay")
+    model = Model(cache, version=2)
+    outcomes = await replay_each_door(model, ["a"])
+    assert await cache.store.count() == 2
+    for miss in outcomes:
+        assert isinstance(miss, ReplayMiss) and miss.reason == "corrupt", miss
+    with pytest.raises(ReplayMiss, match="not recorded"):
+        await model.predict("never recorded")
+    assert cache.stats()["corrupt"] == 3
+    await model.batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
+
+
+# -- record never loses ------------------------------------------------------------
+
+HOLD_THE_WRITE_LOCK = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+async def test_a_recording_is_complete_or_fails_while_another_process_holds_the_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "decisions.sqlite"
+    texts = [f"ticket {n}" for n in range(300)]
+    first = DecisionCache(open_store(f"sqlite:///{path}"), mode="record")
+    old = Model(first, version=1)
+    for text in texts:
+        await old.predict(text)
+    await old.batched.aclose()
+    await first.aclose()
+
+    # Another process takes SQLite's write lock and keeps it for 6 s, far past the
+    # store's busy_timeout and the cache's store_timeout (1 s each).
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(path), "6",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    assert await holder.stdout.readline() == b"locked\n"
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="record")
+    new = Model(cache, version=2)
+    answered: dict[str, Verdict] = {}
+    failure: BaseException | None = None
+    try:
+        for text in texts:
+            answered[text] = await new.predict(text)
+    except StoreError as exc:
+        failure = exc
+    finally:
+        await new.batched.aclose()
+        await cache.aclose()
+        holder.kill()
+        await holder.wait()
+
+    replaying = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay")
+    replay = Model(replaying, version=3)
+    if failure is None:
+        # Complete: every decision recorded is the one its caller got.
+        assert answered == {text: Verdict(text.upper(), 2) for text in texts}
+    else:
+        # Or loud, and nothing a caller got is missing from the file.
+        assert "record:" in str(failure) and "incomplete" in str(failure)
+        assert len(answered) < len(texts)
+    for text, verdict in answered.items():
+        assert await replay.predict(text) == verdict
+    await replay.batched.aclose()
+    await replaying.aclose()
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoredVerdict:
+    label: str
+    version: int
+    score: float  # a field added since the recording
+
+
+async def test_replay_of_a_decision_that_no_longer_fits_its_type_leaves_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "decisions.sqlite"
+    await record_into(path, ["a"])
+    before = file_digest(path)
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay")
+
+    @cached_prediction(cache, namespace="verdict", fingerprint="f")
+    async def predict(text: str) -> ScoredVerdict:
+        raise AssertionError("replay never runs the model")
+
+    @cached_prediction(cache, namespace="verdicts", fingerprint="f", batch=True)
+    async def batched(texts: list[str]) -> list[ScoredVerdict]:
+        raise AssertionError("replay never runs the model")
+
+    doors: list[Callable[[], Awaitable[Any]]] = [
+        lambda: predict("a"),
+        lambda: batched("a"),
+        lambda: batched.many(["a"]),
+    ]
+    for door in doors:
+        with pytest.raises(ReplayMiss) as miss:
+            await door()
+        assert miss.value.reason == "corrupt" and "does not fit" in str(miss.value)
+        assert miss.value.function in ("verdict", "verdicts")
+    assert await cache.store.count() == 2
+    await batched.aclose()
+    await cache.aclose()
+    assert file_digest(path) == before
+
+
+async def test_the_middleware_replay_under_another_secret_is_a_500_that_says_so(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "decisions.sqlite"
+    recording = DecisionCache(open_store(f"sqlite:///{path}"), mode="record", secret="a")
+    first = await call(DecisionCacheMiddleware(RecordingApp(), cache=recording), body=b'{"t": 1}')
+    assert first.status == 200
+    await recording.aclose()
+    before = file_digest(path)
+
+    app = RecordingApp()
+    replaying = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay", secret="b")
+    answer = await call(DecisionCacheMiddleware(app, cache=replaying), body=b'{"t": 1}')
+    assert (answer.status, answer.cache) == (500, "replay_miss")
+    assert b"signature does not match" in answer.body and b"ASYNCACHE_SECRET" in answer.body
+    assert app.calls == 0
+    assert await replaying.store.count() == 1
+    await replaying.aclose()
+    assert file_digest(path) == before
+
+
+async def test_a_recording_fails_on_a_decision_it_cannot_store(tmp_path: Path) -> None:
+    # Too large, or not encodable: replay would miss it far from here, so recording fails.
+    cache = DecisionCache(open_store(f"sqlite:///{tmp_path / 'd.sqlite'}"), mode="record")
+    cache.max_entry_bytes = 200
+    model = Model(cache, version=1)
+    long = "".join(hashlib.sha256(bytes([n])).hexdigest() for n in range(20))  # no zlib gain
+    assert await model.predict("short") == Verdict("SHORT", 1)
+    with pytest.raises(StoreError, match=r"record: .* over max_entry_bytes=200"):
+        await model.predict(long)
+    with pytest.raises(StoreError, match="the recording is incomplete"):
+        await model.batched.many(["short", long])
+
+    @cached_prediction(cache)
+    async def opaque(text: str) -> object:
+        return object()
+
+    with pytest.raises(StoreError, match="record: a result of type object cannot be stored"):
+        await opaque("x")
+    # Refusals the user asked for are not errors.
+    cache.admit = lambda inputs, result: False
+    assert await model.predict(long) == Verdict(long.upper(), 1)
+    await model.batched.aclose()
+    await cache.aclose()

@@ -62,7 +62,6 @@ async def test_a_disagreement_is_counted_reported_and_not_served() -> None:
 
 
 async def test_shadow_fills_a_store_that_live_mode_then_serves(tmp_path: Path) -> None:
-    pytest.importorskip("aiosqlite")
     url = f"sqlite:///{tmp_path / 'shadow.db'}"
     model = Model()
     async with DecisionCache(open_store(url), mode="shadow") as shadow:

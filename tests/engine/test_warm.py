@@ -41,7 +41,6 @@ def _cached(cache: DecisionCache, model: Model) -> Any:
 
 
 async def test_warm_computes_what_is_missing_and_reports(tmp_path: Path) -> None:
-    pytest.importorskip("aiosqlite")
     url = f"sqlite:///{tmp_path / 'warm.db'}"
     model = Model()
     seen: list[int] = []

@@ -196,3 +196,64 @@ async def uvicorn_serving(
     finally:
         server.should_exit = True
         await task
+
+
+@asynccontextmanager
+async def serving(app: App, server: str) -> AsyncIterator[str]:
+    """Serve ``app`` with ``server`` (``httptools`` or ``h11`` under uvicorn, or
+    ``hypercorn`` with its asyncio worker) on a free loopback port; yields its base URL."""
+    if server != "hypercorn":
+        async with uvicorn_serving(app, http=server) as url:
+            yield url
+        return
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    port = free_port()
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.loglevel = "WARNING"
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+    try:
+        await until(lambda: _listening(port) or task.done(), "hypercorn is listening")
+        if task.done():
+            task.result()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await task
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def raw_exchange(
+    url: str, head: bytes, body: bytes = b""
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Send one HTTP/1.1 request written by hand (``head`` without the blank line) and read
+    the answer's status, headers (lowercased; the last of each) and body, closing after it.
+
+    For what a client library refuses to send: two ``Host`` headers, odd names.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head + b"\r\nconnection: close\r\n\r\n" + body)
+        await writer.drain()
+        raw = await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    start, _, rest = raw.partition(b"\r\n\r\n")
+    lines = start.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, rest

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,6 @@ from starlette.websockets import WebSocket
 import asyncache.middleware
 from asyncache import DecisionCache
 from asyncache.middleware import CacheStatsEndpoint, DecisionCacheMiddleware, cache_stats
-from tests.support import require
 
 from . import Answer, RecordingApp, call, make_scope
 
@@ -251,7 +249,6 @@ async def test_on_compute_sees_each_app_run() -> None:
 
 
 async def test_hits_from_a_store_on_disk_survive_a_new_cache(tmp_path: Path) -> None:
-    require(importlib.util.find_spec("aiosqlite") is not None, "aiosqlite is not installed")
     from asyncache.stores.sqlite import SQLiteStore
 
     path = tmp_path / "decisions.db"

@@ -153,6 +153,21 @@ def test_memory_of_keys_is_bounded() -> None:
     assert len(heads.known) == REMEMBERED_REQUESTS
 
 
+def test_keys_of_requests_with_long_paths_queries_or_principals_are_not_remembered() -> None:
+    # The memory is bounded in bytes: a client sending megabyte queries leaves nothing.
+    builder = DecisionCache().key_builder("/predict", None)
+    keys = RequestKeys({"/predict": builder})
+    heads = RequestHeads([], [])
+    long = b"q=" + b"x" * 64 * 1024
+    for scope, principal in (
+        (make_scope(query=long), None),
+        (make_scope(path="/predict/" + "p" * 64 * 1024), None),
+        (make_scope(), "tenant-" + "t" * 64 * 1024),
+    ):
+        keys.key("/predict", scope, heads.read(scope["headers"]), b"{}", principal)
+    assert keys.known == {}
+
+
 def test_a_head_is_read_once_for_its_exact_headers_and_large_ones_every_time() -> None:
     heads = RequestHeads([], [b"authorization"])
     plain = [JSON, (b"host", b"acme.example")]

@@ -248,12 +248,15 @@ async def test_a_refused_start_goes_out_at_once_and_releases_followers() -> None
     assert [m["type"] for m in got] == ["http.response.start"]
 
 
-async def test_a_5xx_is_shared_but_never_stored() -> None:
+async def test_a_5xx_is_neither_shared_nor_stored() -> None:
+    # A 5xx may be the leader's own failure (its quota): its followers run the app.
     outcomes: list[Any] = []
     capture, broadcast = capture_for(outcomes)
+    owner, follower = broadcast.join(owner=True), broadcast.join()
     await capture(start(503, JSON))
     assert [reason for _, reason, _ in outcomes] == ["failure"]
-    assert broadcast.shared
+    assert broadcast.decided.is_set() and not broadcast.shared
+    assert not follower.active and owner.active
 
 
 async def test_a_body_growing_over_the_cap_is_handed_on_whole_and_not_stored() -> None:

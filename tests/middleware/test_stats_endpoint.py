@@ -50,3 +50,21 @@ async def test_two_middlewares_in_front_both_take_it_back() -> None:
         assert (await client.get("/cache/stats")).status_code == 200
     assert cache_stats(outer_cache)["middleware"]["bypass_reasons"] == {}
     assert cache_stats(inner_cache)["middleware"]["bypass_reasons"] == {}
+
+
+async def test_allow_keeps_the_counters_from_who_it_refuses() -> None:
+    # Other tenants' counts reveal their traffic: only an operator sees them.
+    cache = DecisionCache()
+
+    async def operator(scope: dict[str, object]) -> bool:
+        return (b"authorization", b"Bearer ops") in scope["headers"]  # type: ignore[operator]
+
+    app = Starlette(routes=[Route("/cache/stats", CacheStatsEndpoint(cache, allow=operator))])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        refused = await client.get("/cache/stats")
+        assert refused.status_code == 403
+        assert "hits" not in refused.text
+        allowed = await client.get("/cache/stats", headers={"authorization": "Bearer ops"})
+        assert allowed.status_code == 200
+        assert "hits" in allowed.json()

@@ -98,3 +98,18 @@ CUBE_CACHE = DecisionCache()
 @cached_prediction(CUBE_CACHE, offload="process", namespace="tests.cube")
 def cube(x: int) -> int:
     return x**3
+
+
+def start_when_told(directory: str) -> None:
+    """A worker initializer that says it is starting, then waits to be let go.
+
+    It writes its pid to ``directory/<pid>`` and loads nothing until
+    ``directory/<pid>.go`` exists: a test decides, without racing the
+    initializer, whether this process is killed while starting or finishes.
+    """
+    from pathlib import Path
+
+    here = Path(directory)
+    (here / str(os.getpid())).write_text("starting")
+    while not (here / f"{os.getpid()}.go").exists():
+        time.sleep(0.005)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import signal
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +34,15 @@ def _gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def _dead(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie its parent has not reaped yet counts)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def _cuda_available() -> bool:
@@ -187,6 +198,69 @@ async def test_calls_queued_behind_a_dying_call_still_run() -> None:
         )
     assert isinstance(outcomes[0], WorkerDiedError)
     assert list(outcomes[1:]) == [9, 16]
+
+
+def _started(directory: Path) -> set[int]:
+    """The pids of the worker processes that said they were starting (``start_when_told``)."""
+    return {int(path.name) for path in directory.iterdir() if path.suffix != ".go"}
+
+
+async def _until_dead(pid: int) -> None:
+    for _ in range(6000):
+        if _dead(pid):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"process {pid} did not die")
+
+
+async def test_replacements_killed_while_starting_fail_no_call_and_every_death_counts(
+    tmp_path: Path,
+) -> None:
+    # Every worker says when it starts and waits for a go-ahead, so each kill below
+    # lands while a process is starting or idle, never while it runs a call.
+    pool = ProcessOffload(2, initializer=workers.start_when_told, initargs=(str(tmp_path),))
+    seen: set[int] = set()
+
+    async def next_starting() -> int:
+        for _ in range(6000):
+            new = _started(tmp_path) - seen
+            if new:
+                pid = min(new)
+                seen.add(pid)
+                return pid
+            await asyncio.sleep(0.005)
+        raise AssertionError("no worker process started")
+
+    def let_go(pid: int) -> None:
+        (tmp_path / f"{pid}.go").write_text("go")
+
+    try:
+        started = asyncio.ensure_future(pool.start())
+        first = [await next_starting(), await next_starting()]
+        for pid in first:
+            let_go(pid)
+        await started
+        for pid in first:  # killed while idle
+            os.kill(pid, signal.SIGKILL)
+        for pid in first:  # dead before any call is sent, so none is sent to them
+            await _until_dead(pid)
+        calls = asyncio.gather(
+            *(pool.run(workers.square, n) for n in range(6)), return_exceptions=True
+        )
+        killed_while_starting = 4
+        for _ in range(killed_while_starting):
+            os.kill(await next_starting(), signal.SIGKILL)
+        while not calls.done():  # the next replacements may start
+            try:
+                let_go(await asyncio.wait_for(next_starting(), 0.05))
+            except TimeoutError:
+                pass
+        assert await calls == [n * n for n in range(6)]  # no call failed: none ever ran
+        assert pool.stats()["deaths"] == len(first) + killed_while_starting
+    finally:
+        for pid in _started(tmp_path):
+            let_go(pid)
+        await pool.aclose()
 
 
 async def test_process_offload_refuses_what_a_worker_cannot_import(pool: ProcessOffload) -> None:

@@ -9,7 +9,8 @@ import tracemalloc
 
 import pytest
 
-from asyncache.stores import DecisionStore, Entry, open_store
+from asyncache import DecisionCache, cached_prediction
+from asyncache.stores import DecisionStore, Entry, entries_of, open_store
 from asyncache.stores.memory import MemoryStore, entry_size
 
 FAR = time.time() + 3600.0
@@ -219,3 +220,40 @@ def test_byte_estimate_is_never_below_the_real_size(
     real, estimate = _measure(count, value_size, churn=churn)
     assert estimate >= real, (real / count, estimate / count)
     assert estimate <= real * 1.5  # and is not absurdly pessimistic either
+
+
+async def test_a_scope_over_its_budget_evicts_only_its_own_entries() -> None:
+    store = MemoryStore(max_entries=100, max_entries_per_scope=2)
+    with entries_of("victim"):
+        await store.add(b"v1", b"a", None)
+        await store.add(b"v2", b"b", None)
+    with entries_of("attacker"):
+        for n in range(10):
+            await store.add(b"a%d" % n, b"x", None)
+    assert await store.get(b"v1") is not None and await store.get(b"v2") is not None
+    assert len(store) == 4
+    assert store.evictions == 8
+    # Least recently used within the scope goes first: a read keeps an entry.
+    with entries_of("victim"):
+        assert await store.get(b"v1") is not None
+        await store.add(b"v3", b"c", None)
+    assert await store.get(b"v2") is None
+    assert await store.get(b"v1") is not None
+    await store.clear()
+    with entries_of({"tenant": 1}):  # any keyable scope, by its canonical form
+        await store.add(b"t", b"x", None)
+    assert len(store) == 1
+    assert MemoryStore.from_url("memory://?max_entries_per_scope=3").max_entries_per_scope == 3
+
+
+async def test_the_decorator_charges_a_scoped_call_to_its_scope() -> None:
+    store = MemoryStore(max_entries_per_scope=1)
+
+    @cached_prediction(cache=DecisionCache(store), scope=lambda text, tenant: tenant)
+    async def classify(text: str, tenant: str) -> str:
+        return text.upper()
+
+    await classify("a", "victim")
+    for text in "bcdef":
+        await classify(text, "attacker")
+    assert len(store) == 2  # the victim's entry and the attacker's last

@@ -726,7 +726,7 @@ class TestLeases:
         assert not await store.acquire_lease(key(1), b"two", 5)
         assert 0 < await raw.pttl(name) <= 5000
         await store.release_lease(key(1), b"two")
-        assert await raw.get(name) == b"one"
+        assert await raw.get(name) == b"5000:one"  # the ttl it was taken for, then the token
         await store.release_lease(key(1), b"one")
         assert await raw.exists(name) == 0
         assert await store.acquire_lease(key(1), b"two", 5)
@@ -784,12 +784,60 @@ class TestLeases:
             assert await store.acquire_lease(key(1), b"token", 30)
             waiter = asyncio.create_task(store.wait_for_entry(key(1), 30))
             await until(lambda: store.stats()["lease_waiters"] > 0, "the waiter")
+            # An announcement while the lease is still held and nothing is stored: only
+            # the restarted subscription can count it, and the waiter's polls, which
+            # find the lease held, cannot end its wait first.
+            admin = Redis.from_url(redis_server.url)
+            try:
+                await admin.publish(channel, key(1))
+            finally:
+                await admin.aclose()
+            await until(lambda: store.stats()["lease_notifications"] >= 1, "the announcement")
+            assert not waiter.done()
+            # The real release ends the wait, by the message or by a poll: either is right.
             await store.add(key(1), b"after", None)
             await store.release_lease(key(1), b"token")
             assert await waiter == Entry(b"after", None)
-            assert store.stats()["lease_notifications"] >= 1
         finally:
             await store.aclose()
+
+    @pytest.mark.parametrize(
+        "planted",
+        [(b"a token", None), (b"3000:a token", None), (b"3000:a token", 60_000)],
+        ids=["no ttl, no expiry", "no expiry", "an expiry past its ttl"],
+    )
+    async def test_a_lease_key_outliving_its_own_ttl_is_dead(
+        self,
+        store: RedisStore,
+        raw: Redis,
+        redis_prefix: str,
+        planted: tuple[bytes, int | None],
+    ) -> None:
+        # What `asyncache import` once wrote for a line keyed b"lease:" + K, or anything else.
+        name = (redis_prefix + "lease:").encode() + key(1)
+        value, px = planted
+        await raw.set(name, value, px=px)
+        assert await store.wait_for_entry(key(1), 30) is None  # no live lease: do not wait
+        cache = DecisionCache(store, leases=True, lease_ttl=3, coalesce_timeout=5)
+        calls = 0
+
+        @cached_prediction(cache)
+        async def decide(x: int) -> int:
+            nonlocal calls
+            calls += 1
+            return x * 2
+
+        cache_key = decide.key(1)
+        await raw.set((redis_prefix + "lease:").encode() + cache_key, value, px=px)
+        assert await decide(1) == 2
+        assert calls == 1
+        stats = cache.stats()
+        # Taken over at once: no wait on it, so no coalesce_timeout ended one.
+        assert (stats["lease_waits"], stats["coalesce_timeouts"]) == (0, 0), stats
+        assert await raw.exists((redis_prefix + "lease:").encode() + cache_key) == 0  # released
+        # A lease taken by acquire_lease is still honoured.
+        assert await store.acquire_lease(key(3), b"held", 30)
+        assert not await store.acquire_lease(key(3), b"other", 30)
 
     async def test_no_lease_and_no_entry_returns_at_once(self, store: RedisStore) -> None:
         assert await store.wait_for_entry(key(1), 30) is None

@@ -147,7 +147,7 @@ class LeasingShelf(ShelfStore):
         return token if until > time.time() else None
 
     async def acquire_lease(self, key, token, ttl):
-        if self.holder(key) is not None:
+        if self.holder(key) not in (None, token):
             return False
         self.leases[key] = (token, time.time() + ttl)
         return True

@@ -8,6 +8,7 @@ must check clean.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
 from typing import assert_type
 
 from asyncache import DecisionCache, cached_prediction
@@ -54,3 +55,30 @@ async def main() -> None:
     await model.predict("a", 2, 3)  # wrong: one argument too many
     await classify(b"a")  # wrong: bytes for text
     print((await model.predict("a")).labl)  # wrong: no such attribute
+
+
+@cached_prediction(cache)
+async def tokens(prompt: str, temperature: float = 0.0) -> AsyncIterator[str]:
+    yield prompt
+
+
+class Chat:
+    fingerprint = "chat-v1"
+
+    @cached_prediction(cache)
+    async def stream(self, prompt: str) -> AsyncIterator[Decision]:
+        yield Decision(prompt, 1.0)
+
+
+async def streams() -> None:
+    chat = Chat()
+    async for token in tokens("a", temperature=0.5):
+        assert_type(token, str)
+    async for decision in chat.stream("a"):
+        assert_type(decision, Decision)
+    assert_type(tokens.key("a"), bytes)
+    assert_type(chat.stream.key("a"), bytes)
+    async for fresh in chat.stream.uncached("a"):
+        assert_type(fresh, Decision)
+    tokens(1)  # wrong: an int for prompt
+    chat.stream("a", "b")  # wrong: one argument too many

@@ -12,6 +12,9 @@ Each caller awaits a future of its own, so the engine's per-call timeout
 (``store_timeout``), cancellation and failure accounting keep their meaning
 per call: a caller that times out stops waiting without touching the others,
 and a batch that fails fails every caller in it with its own ``StoreError``.
+A batch may also fail some of its calls only (a Redis Cluster node that
+stalled fails the calls for its keys: ``nodes``): ``send`` then returns the
+``StoreError`` in those calls' places.
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ class Batcher(Generic[A, R]):
     Args:
         gate: the loop's bound on commands in flight; a batch takes one slot.
         send: sends a batch's arguments as one command (or pipeline) and
-            returns one reply per argument, in order.
+            returns one reply per argument, in order; a ``StoreError`` in a
+            reply's place fails that call alone.
     """
 
     __slots__ = ("_gate", "_pending", "_send", "_tasks", "busy", "sent")
 
-    def __init__(self, gate: Gate, send: Callable[[list[A]], Awaitable[Sequence[R]]]) -> None:
+    def __init__(
+        self, gate: Gate, send: Callable[[list[A]], Awaitable[Sequence[R | StoreError]]]
+    ) -> None:
         self._gate = gate
         self._send = send
         self._pending: list[tuple[A, asyncio.Future[R]]] | None = None
@@ -102,7 +108,11 @@ class Batcher(Generic[A, R]):
         else:
             self.sent += 1
             for (_, future), reply in zip(batch, replies, strict=True):
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(reply, StoreError):
+                    future.set_exception(_error_for(reply))
+                else:
                     future.set_result(reply)
         finally:
             self.busy -= 1
@@ -115,7 +125,7 @@ class Batcher(Generic[A, R]):
 def _error_for(exc: BaseException) -> Exception:
     """A caller's own error for a batch that failed with ``exc``."""
     if isinstance(exc, StoreError):
-        return StoreError(str(exc))
+        return StoreError(str(exc), shard=exc.shard)
     if isinstance(exc, RedisError | OSError):
         return store_error(exc)
     if isinstance(exc, asyncio.CancelledError):

@@ -127,6 +127,9 @@ def check_limit(limit: int | None) -> None:
         raise ConfigurationError(f"max_in_flight must be positive or None, got {limit!r}")
 
 
-def store_error(exc: BaseException) -> StoreError:
-    """The ``StoreError`` a Redis (or socket) error is raised as."""
-    return StoreError(f"redis: {type(exc).__name__}: {exc}")
+def store_error(exc: BaseException, *, shard: str | None = None) -> StoreError:
+    """The ``StoreError`` a Redis (or socket) error is raised as.
+
+    ``shard`` names the cluster node that failed, when only that one did.
+    """
+    return StoreError(f"redis: {type(exc).__name__}: {exc}", shard=shard)

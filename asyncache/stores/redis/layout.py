@@ -3,7 +3,8 @@
 ::
 
     <prefix><key>           a decision: a 9-byte header, then the value
-    <prefix>lease:<key>     a lease token (``acquire_lease``)
+    <prefix>lease:<key>     a lease: its ttl in ms, ``:``, the holder's token
+                            (``acquire_lease``), expiring after that ttl
     <prefix>lease:released  the pub/sub channel a released lease is announced on
     <prefix>invalidated     the pub/sub channel ``clear`` (empty message) and
                             ``delete`` (the key) are announced on
@@ -33,6 +34,8 @@ __all__ = [
     "RELEASED",
     "expiry",
     "glob_escape",
+    "lease_is_live",
+    "lease_value",
     "pack",
     "pxat",
     "unpack",
@@ -91,6 +94,25 @@ def pxat(expires_at: float) -> int:
     """Redis's expiry (``PXAT`` milliseconds) for ``expires_at``."""
     # Rounded up, so Redis never drops a key before its header says it expired.
     return math.ceil(expires_at * 1000)
+
+
+def lease_value(token: bytes, ms: int) -> bytes:
+    """What a lease key holds: the ttl it was taken for, so that readers can bound it."""
+    return b"%d:%s" % (ms, token)
+
+
+def lease_is_live(value: bytes | None, pttl: int) -> bool:
+    """Whether a lease key holding ``value`` with ``pttl`` ms left (Redis's ``PTTL``) is live.
+
+    Only a lease whose time left is within the ttl written in it: a key without
+    an expiry (``-1``), or expiring later than its own ttl allows, or holding no
+    lease at all, was not written by ``acquire_lease`` and would otherwise keep
+    waiters waiting forever. The ``ACQUIRE`` script applies the same rule.
+    """
+    if value is None or pttl <= 0:
+        return False
+    ttl, colon, _ = value.partition(b":")
+    return bool(colon) and ttl.isdigit() and pttl <= int(ttl)
 
 
 def glob_escape(prefix: bytes) -> bytes:

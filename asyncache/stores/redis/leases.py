@@ -1,10 +1,16 @@
 """RedisStore's leases: one key per key being computed, and a channel announcing releases.
 
-A lease is ``SET <prefix>lease:<key> token NX PX ms``; releasing it is a
-compare-and-delete script that also publishes the key on
-``<prefix>lease:released``. Waiters are woken by that message through the
-store's subscription on their event loop (``channels.Listener``), and poll with
-backoff too, for a lost message or a listener that is down.
+A lease is ``<prefix>lease:<key>`` holding ``<ms>:<token>`` for ``ms``
+milliseconds, taken (or renewed by its holder) by a script (``ACQUIRE``) unless
+another token's live lease holds the key; releasing it is a compare-and-delete
+script that also publishes the key on ``<prefix>lease:released``. A lease is
+live only while its time left is within the ttl written in it
+(``layout.lease_is_live``), whatever wrote the key: one without an expiry would
+otherwise keep every waiter until ``coalesce_timeout``.
+
+Waiters are woken by the release message through the store's subscription on
+their event loop (``channels.Listener``), and poll with backoff too, for a lost
+message or a listener that is down.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from typing import Any
 
 from ..protocol import Entry
 from .gate import Gate
-from .layout import LEASE, RELEASED, unpack
-from .scripts import RELEASE
+from .layout import LEASE, RELEASED, lease_is_live, lease_value, unpack
+from .scripts import ACQUIRE, RELEASE
 from .url import Client
 
 __all__ = ["LeaseKeys"]
@@ -57,17 +63,21 @@ class LeaseKeys:
         self.pipeline = pipeline
         self.listen = listen
         self.counters = counters
+        self.acquire_script = client.register_script(ACQUIRE)
         self.release_script = client.register_script(RELEASE)
         self.waiters: dict[bytes, set[asyncio.Event]] = {}
         """The events of the callers waiting on each key."""
         self.closed = False
 
     async def acquire(self, key: bytes, token: bytes, ttl: float) -> bool:
-        """Take the lease on ``key`` for ``ttl`` seconds unless another holds it."""
+        """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it.
+
+        The holder's own token renews it for ``ttl`` from now.
+        """
         ms = max(1, math.ceil(ttl * 1000))
         async with self.gate:
-            taken = await self.client.execute_command(
-                "SET", self.lease_prefix + key, token, "NX", "PX", ms
+            taken = await self.acquire_script(
+                keys=[self.lease_prefix + key], args=[lease_value(token, ms), ms, token]
             )
         return bool(taken)
 
@@ -112,14 +122,15 @@ class LeaseKeys:
                     del self.waiters[key]
 
     async def probe(self, key: bytes) -> tuple[Entry | None, bool]:
-        """The live entry under ``key`` and whether its lease is held, in one round trip."""
+        """The live entry under ``key`` and whether a live lease holds it, in one round trip."""
         pipe = self.pipeline()
         pipe.execute_command("GET", self.prefix + key)
-        pipe.execute_command("EXISTS", self.lease_prefix + key)
+        pipe.execute_command("GET", self.lease_prefix + key)
+        pipe.execute_command("PTTL", self.lease_prefix + key)
         async with self.gate:
-            raw, leased = await pipe.execute()
+            raw, lease, left = await pipe.execute()
         entry = None if raw is None else unpack(raw, time.time())
-        return entry, bool(leased)
+        return entry, lease_is_live(lease, int(left))
 
     def waiting(self) -> int:
         """How many callers wait for an entry."""

@@ -10,6 +10,11 @@ factory, or as a copy of a plain ``Redis`` client's pool). What a loop got is
 closed when that loop shuts down (``asyncio.run`` and ``asyncio.Runner`` close
 the loop's async generators as they end, and one of those closes it), when the
 store closes, and when the store is garbage collected while the loop runs.
+
+redis-py's client is asyncio's alone: under trio (or with no asyncio loop
+running) the store refuses at once, when it is made and when it is used,
+with a ``ConfigurationError`` that says so (``running_loop``), instead of
+failing every call.
 """
 
 from __future__ import annotations
@@ -29,10 +34,64 @@ from .channels import Handler, Invalidations, Listener
 from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
 from .leases import LeaseKeys
+from .nodes import NodeHealth, read_per_node
 from .scripts import DELETE, RENEW, REPLACE, SWAP
 from .url import Client
 
-__all__ = ["Bound", "Command", "Loops", "Settings", "copy_client"]
+__all__ = [
+    "ASYNCIO_ONLY",
+    "Bound",
+    "Command",
+    "Loops",
+    "Settings",
+    "copy_client",
+    "refuse_other_loops",
+    "running_loop",
+]
+
+ASYNCIO_ONLY = (
+    "RedisStore needs a running asyncio event loop: redis-py's client is asyncio-only, "
+    "so it cannot serve trio (or code outside an event loop). Under trio, use "
+    "SQLiteStore or MemoryStore"
+)
+"""The message of the ``ConfigurationError`` a store used outside asyncio raises."""
+
+
+def running_loop() -> asyncio.AbstractEventLoop:
+    """The running asyncio loop.
+
+    Raises:
+        ConfigurationError: none is running (trio, or no event loop at all).
+    """
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise ConfigurationError(ASYNCIO_ONLY) from None
+
+
+def refuse_other_loops() -> None:
+    """Raise at once when a loop other than asyncio's runs here (a store made under trio).
+
+    Outside any loop (a store made at import time) nothing is raised: the
+    loop that first uses the store decides.
+
+    Raises:
+        ConfigurationError: another async library's loop is running.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return
+    import anyio.lowlevel  # here: only a store made outside asyncio gets this far
+
+    try:
+        anyio.lowlevel.current_token()
+    except Exception:  # no event loop at all
+        return
+    raise ConfigurationError(ASYNCIO_ONLY)
+
 
 Command = tuple[tuple[Any, ...], dict[str, Any]]
 """A command's arguments and its options for redis-py (``get=True`` for ``SET ... GET``)."""
@@ -46,6 +105,8 @@ class Settings(NamedTuple):
     pool_timeout: float | None
     invalidations: Invalidations
     counters: dict[str, int]
+    nodes: NodeHealth
+    """A cluster's health per node, shared by every loop."""
 
 
 def copy_client(client: Client) -> Client:
@@ -97,8 +158,15 @@ class Bound:
         prepare = client.initialize if isinstance(client, RedisCluster) else None
         self.gate = Gate(settings.max_in_flight, settings.pool_timeout, prepare)
         self.execute: Callable[..., Any] = client.execute_command
+        self.nodes = settings.nodes
+        self.node_timeout: float | None = (
+            client.connection_kwargs.get("socket_timeout")
+            if isinstance(client, RedisCluster)
+            else None
+        )
+        """Seconds one cluster node's share of a read may take (the client's ``socket_timeout``)."""
         self.reads: Batcher[bytes, bytes | None] = Batcher(self.gate, self._get_batch)
-        """Concurrent ``get``s, sent as one ``MGET`` (one per hash slot on a cluster)."""
+        """Concurrent ``get``s, sent as one ``MGET`` (one per node, per hash slot, on a cluster)."""
         self.adds: Batcher[Command, bytes | None] = Batcher(self.gate, self._add_batch)
         """Concurrent ``add``s, sent as one pipeline of ``SET NX GET``."""
         # Lone gets go over a connection of their own when the store owns the client and
@@ -174,11 +242,17 @@ class Bound:
         await connection.send_command("GET", name)
         return await connection.read_response()  # type: ignore[no-any-return]
 
-    async def _get_batch(self, names: list[bytes]) -> list[bytes | None]:
+    async def read_nodes(self, names: list[bytes]) -> list[bytes | StoreError | None]:
+        """A cluster's ``MGET`` of ``names``, node by node (``nodes``): each node fails alone."""
+        assert isinstance(self.client, RedisCluster)
+        return await read_per_node(self.client, names, self.node_timeout, self.nodes)
+
+    async def _get_batch(self, names: list[bytes]) -> list[bytes | StoreError | None]:
         # A hot key asked for by many callers at once is read once.
         unique = list(dict.fromkeys(names))
-        if isinstance(self.client, RedisCluster):
-            raws = await self.client.mget_nonatomic(unique)
+        raws: list[bytes | StoreError | None]
+        if self.cluster:
+            raws = await self.read_nodes(unique)
         else:
             raws = await self.execute("MGET", *unique)
         if len(unique) == len(names):
@@ -294,8 +368,9 @@ class Loops:
 
         Raises:
             StoreError: the store is closed, or the client cannot be copied.
+            ConfigurationError: no asyncio loop is running (trio).
         """
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         bound = self._bounds.get(loop)
         if bound is None:
             if self.closed:
@@ -321,7 +396,10 @@ class Loops:
         if self.closed:
             return
         self.closed = True
-        current = asyncio.get_running_loop()
+        try:
+            current: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # trio: no loop of ours can be running here
+            current = None
         for bound in self.all():
             if bound.loop is current:
                 await bound.aclose()
@@ -331,7 +409,8 @@ class Loops:
                 asyncio.run_coroutine_threadsafe(bound.aclose(), bound.loop)
             # A loop that is neither closes it as it shuts down.
         unclaimed, self._unclaimed = self._unclaimed, None
-        if unclaimed is not None and self._owns_first:
+        # Never used, so never connected: outside asyncio, there is nothing to close.
+        if unclaimed is not None and self._owns_first and current is not None:
             await unclaimed.aclose()
 
     def _forget(self, bound: Bound) -> None:

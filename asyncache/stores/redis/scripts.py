@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DELETE", "RELEASE", "RENEW", "REPLACE", "SWAP"]
+__all__ = ["ACQUIRE", "DELETE", "RELEASE", "RENEW", "REPLACE", "SWAP"]
 
 RENEW = """
 local head = redis.call('GETRANGE', KEYS[1], 0, 8)
@@ -61,12 +61,36 @@ there. ARGV: the expected value, the new stored bytes, the new PXAT in ms (``""`
 for none), the invalidation channel, the key to announce.
 """
 
+ACQUIRE = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local bound, holder = string.match(held, '^(%d+):(.*)$')
+  local left = redis.call('PTTL', KEYS[1])
+  if bound and left > 0 and left <= tonumber(bound) and holder ~= ARGV[3] then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+"""Take a lease unless a live one of another token holds the key, or renew one this
+token holds; a lease is ``<ttl ms>:<token>``.
+
+The owner of a lease renews it while it computes, so that the lease can be
+short: a dead owner's lease ends soon, a live one's never. A lease is live
+only while Redis's expiry is within the ttl written in it
+(``layout.lease_is_live``): one without an expiry, or with a longer one, or a
+value that is no lease at all (written by something else) is dead and taken.
+ARGV: the lease's value, its ttl in ms, the token.
+"""
+
 RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, (string.find(held, ':', 1, true) or 0) + 1) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
-"""Compare-and-delete a lease, then tell waiters to look again.
+"""Compare-and-delete a lease (by the token after its ttl), then tell waiters to look again.
 
 ARGV: the holder's token, the channel, the key to announce.
 """

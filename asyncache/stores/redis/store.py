@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -10,12 +9,13 @@ from typing import Any, Self
 
 from redis.asyncio.cluster import RedisCluster
 
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, StoreError
 from ..protocol import Entry
 from .channels import Invalidated, Invalidations
 from .gate import DRIVER_ERRORS, store_error
 from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pack, pxat, unpack
-from .loops import Bound, Command, Loops, Settings
+from .loops import Bound, Command, Loops, Settings, refuse_other_loops, running_loop
+from .nodes import NodeHealth
 from .scan import count_entries, describe_prefix, unlink_all, walk_entries
 from .url import DEFAULT_PREFIX, Client, connect
 
@@ -72,8 +72,12 @@ class RedisStore:
     of ``SET NX PXAT GET``. Each caller still awaits its own answer, so the
     engine's timeout, a cancellation and a failure each touch one call.
 
+    redis-py is asyncio's alone: made or used under trio, the store raises
+    ``ConfigurationError`` at once (under trio, use ``SQLiteStore``).
+
     Raises:
-        ConfigurationError: the prefix is empty or the client decodes responses.
+        ConfigurationError: the prefix is empty, the client decodes responses,
+            or a loop other than asyncio's (trio) is running.
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class RedisStore:
         pool_timeout: float | None = None,
         close_client: bool = False,
     ) -> None:
+        refuse_other_loops()
         raw_prefix = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
         if not raw_prefix:
             raise ConfigurationError(
@@ -94,17 +99,26 @@ class RedisStore:
         self._invalidations = Invalidations(raw_prefix)
         self._counters = {"lease_notifications": 0}
         settings = Settings(
-            raw_prefix, max_in_flight, pool_timeout, self._invalidations, self._counters
+            raw_prefix,
+            max_in_flight,
+            pool_timeout,
+            self._invalidations,
+            self._counters,
+            NodeHealth(),
         )
         self._loops = Loops(client, close_client, settings)
         self.cluster = isinstance(self._loops.first, RedisCluster)
         self.enforces_timeouts = False
         """Every call ends within the store's own timeouts (see ``DecisionStore``)."""
+        self.isolates_failures = self.cluster
+        """On a cluster, reads go out per node and a failing node is cooled alone (``nodes``):
+        the engine's guard never skips the whole store's reads for one node's faults."""
         self._written = 0  # items written (won or not)
         self._conflicts = 0  # adds that found another writer's live entry
         self._replaced = 0  # entries stored over one expired by this clock but not Redis's
         self._reads = 0
         self._hits = 0
+        self._node_misses = 0  # keys a get_many answered None for because their node failed
 
     @classmethod
     def from_url(
@@ -205,10 +219,11 @@ class RedisStore:
         """
         # The hot path: the loop check, the gate's free path and the error mapping inline.
         bound = self._loops.last
-        if bound is None or bound.loop is not asyncio.get_running_loop():
+        if bound is None or bound.loop is not running_loop():
             bound = await self._loops.bind()
         reads = bound.reads
-        if reads.lone():
+        # On a cluster every get is gathered, so that it goes out per node (``nodes``).
+        if reads.lone() and not bound.cluster:
             gate = bound.gate
             reads.busy += 1  # from here on, other gets gather behind this one
             try:
@@ -233,15 +248,21 @@ class RedisStore:
         return entry
 
     async def get_many(self, keys: Sequence[bytes]) -> list[Entry | None]:
-        """Return the live entry (or ``None``) per key; one ``MGET`` (per slot on a cluster)."""
+        """Return the live entry (or ``None``) per key; one ``MGET`` (per slot on a cluster).
+
+        On a cluster, the keys of a node that failed (or is cooling after
+        failures: ``nodes``) are ``None``, counted in ``stats()["node_misses"]``;
+        a ``StoreError`` only when every node failed.
+        """
         if not keys:
             return []
         prefix = self.prefix
         names = [prefix + key for key in keys]
         bound = await self._bound()
+        raws: list[bytes | None]
         async with bound.gate:
-            if isinstance(bound.client, RedisCluster):
-                raws = await bound.client.mget_nonatomic(names)
+            if bound.cluster:
+                raws = self._node_failures(await bound.read_nodes(names))
             else:
                 raws = await bound.execute("MGET", *names)
         now = time.time()
@@ -259,6 +280,20 @@ class RedisStore:
         if not items:
             return []
         return await self._add_many(await self._bound(), items)
+
+    def _node_failures(self, raws: list[bytes | StoreError | None]) -> list[bytes | None]:
+        """A cluster ``get_many``'s replies: the keys of a node that failed are misses.
+
+        Raises:
+            StoreError: every node failed (the store as a whole, for the guard).
+        """
+        errors = [raw for raw in raws if isinstance(raw, StoreError)]
+        if not errors:
+            return [raw for raw in raws if not isinstance(raw, StoreError)]
+        if len(errors) == len(raws):
+            raise StoreError(str(errors[0]))
+        self._node_misses += len(errors)
+        return [None if isinstance(raw, StoreError) else raw for raw in raws]
 
     # -- the write path: one SET NX GET per add, and who won -----------------
 
@@ -467,6 +502,8 @@ class RedisStore:
             "lease_notifications": self._counters["lease_notifications"],
             "lease_waiters": sum(bound.leases.waiting() for bound in bounds),
             "invalidations": self._invalidations.heard,
+            "node_misses": self._node_misses,
+            "nodes_cooling": len(self._loops.settings.nodes.cooling_nodes()),
         }
 
     async def describe(self) -> dict[str, Any]:
@@ -495,9 +532,10 @@ class RedisStore:
     # -- the LeaseStore capability ----------------------------------------
 
     async def acquire_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
-        """Take the lease on ``key`` for ``ttl`` seconds unless another holds it.
+        """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it.
 
-        ``SET <prefix>lease:<key> token NX PX ms``.
+        The holder's own token renews it (from now). One script: ``SET
+        <prefix>lease:<key> token PX ms`` unless another token is there.
         """
         return await (await self._bound()).leases.acquire(key, token, ttl)
 
@@ -524,6 +562,6 @@ class RedisStore:
     async def _bound(self) -> Bound:
         """What the running event loop uses: its client, gate, scripts and leases."""
         bound = self._loops.last
-        if bound is not None and bound.loop is asyncio.get_running_loop():
+        if bound is not None and bound.loop is running_loop():
             return bound
         return await self._loops.bind()

@@ -17,10 +17,16 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
+from redis.exceptions import (
+    ClusterDownError,
+    RedisClusterException,
+    RedisError,
+    SlotNotCoveredError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import ConfigurationError
+from ...redact import redact_text, redact_url
 
 __all__ = [
     "DEFAULT_BACKOFF_BASE",
@@ -33,10 +39,10 @@ __all__ = [
     "OPTIONS",
     "SCHEMES",
     "Client",
+    "Cluster",
     "Connected",
     "connect",
     "parse_options",
-    "redact",
 ]
 
 Client: TypeAlias = "Redis | RedisCluster"
@@ -50,6 +56,23 @@ DEFAULT_BACKOFF_BASE = 0.01
 DEFAULT_BACKOFF_CAP = 0.25
 
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
+class Cluster(RedisCluster):
+    """redis-py's cluster client, without retrying a command that timed out.
+
+    The cluster client retries its own list of errors whatever its ``retry``
+    says, timeouts included: a get to a stalled primary took three socket
+    timeouts (1.5 s at ``socket_timeout=0.5``). A slow server stays slow;
+    connection errors (a dead primary, whose slots a refresh of the topology
+    moves to the promoted replica) and a cluster that is down still retry.
+    """
+
+    ERRORS_ALLOW_RETRY = (  # type: ignore[assignment]
+        RedisConnectionError,
+        ClusterDownError,
+        SlotNotCoveredError,
+    )
 
 
 class Connected(NamedTuple):
@@ -140,21 +163,12 @@ OPTIONS: Mapping[str, Callable[[object], object]] = {
 }
 
 
-def redact(url: str) -> str:
-    """``url`` without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, hosts = rest.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{hosts}"
-
-
 def parse_options(url: str, query: str, overrides: Mapping[str, object]) -> dict[str, Any]:
     """The URL's query options with ``overrides`` on top, each validated."""
     given: dict[str, object] = {}
     for name, text in parse_qsl(query, keep_blank_values=True):
         if name in given:
-            raise ConfigurationError(f"option {name!r} is given twice in {redact(url)!r}")
+            raise ConfigurationError(f"option {name!r} is given twice in {redact_url(url)!r}")
         given[name] = text
     given.update(overrides)
     unknown = sorted(set(given) - set(OPTIONS))
@@ -187,7 +201,10 @@ def connect(url: str, overrides: Mapping[str, object | None]) -> Connected:
     except ConfigurationError:
         raise
     except (RedisError, RedisClusterException, ValueError, TypeError) as exc:
-        raise ConfigurationError(f"cannot open {redact(url)!r}: {exc}") from exc
+        # The driver's words may quote the URL or a part of it (a host list, a password).
+        raise ConfigurationError(
+            f"cannot open {redact_url(url)!r}: {redact_text(str(exc), [url])}"
+        ) from None
 
 
 def _build(url: str, overrides: Mapping[str, object]) -> Connected:
@@ -195,7 +212,7 @@ def _build(url: str, overrides: Mapping[str, object]) -> Connected:
     scheme = scheme.lower()
     if not sep or scheme not in SCHEMES:
         raise ConfigurationError(
-            f"not a Redis URL: {redact(url)!r}; use redis://, rediss://, unix://, "
+            f"not a Redis URL: {redact_url(url)!r}; use redis://, rediss://, unix://, "
             "redis+cluster://host:port,... or rediss+cluster://"
         )
     # urlsplit would reject a cluster's comma-separated hosts: split by hand.
@@ -238,7 +255,7 @@ def _build(url: str, overrides: Mapping[str, object]) -> Connected:
             db = _non_negative_int(unquote(path.strip("/")))
         except ValueError:
             raise ConfigurationError(
-                f"the path of {redact(url)!r} must be a database number"
+                f"the path of {redact_url(url)!r} must be a database number"
             ) from None
     # The store admits max_connections commands at a time; one more connection
     # is for the lease listener's subscription (and on one server, one more for lone
@@ -250,22 +267,22 @@ def _build(url: str, overrides: Mapping[str, object]) -> Connected:
             raise ConfigurationError("Redis Cluster has only database 0")
         nodes = [ClusterNode(host, port) for host, port in _hosts(hostinfo, url)]
         tls_options: dict[str, Any] = {"ssl": True, **ssl_options} if tls else {}
-        cluster = RedisCluster(
-            startup_nodes=nodes, max_connections=pool_size, **common, **tls_options
-        )
+        cluster = Cluster(startup_nodes=nodes, max_connections=pool_size, **common, **tls_options)
         return Connected(cluster, prefix, max_connections, pool_timeout)
 
     pool_kwargs: dict[str, Any] = {**common, "db": db or 0}
     if scheme == "unix":
         socket_path = unquote("/" + path if slash else path)
         if hostinfo or not socket_path.strip("/"):
-            raise ConfigurationError(f"a unix URL is unix:///path/to/socket, not {redact(url)!r}")
+            raise ConfigurationError(
+                f"a unix URL is unix:///path/to/socket, not {redact_url(url)!r}"
+            )
         pool_kwargs.update(connection_class=UnixDomainSocketConnection, path=socket_path)
     else:
         hosts = _hosts(hostinfo or "localhost", url)
         if len(hosts) != 1:
             raise ConfigurationError(
-                f"{redact(url)!r} names several hosts; use redis+cluster:// for a cluster"
+                f"{redact_url(url)!r} names several hosts; use redis+cluster:// for a cluster"
             )
         host, port = hosts[0]
         connection_class = SSLConnection if tls else Connection
@@ -293,8 +310,8 @@ def _hosts(hostinfo: str, url: str) -> list[tuple[str, int]]:
         try:
             port = parts.port or 6379
         except ValueError:
-            raise ConfigurationError(f"bad port in {redact(url)!r}") from None
+            raise ConfigurationError(f"bad port in {redact_url(url)!r}") from None
         if not parts.hostname:
-            raise ConfigurationError(f"a host is missing in {redact(url)!r}")
+            raise ConfigurationError(f"a host is missing in {redact_url(url)!r}")
         hosts.append((parts.hostname, port))
     return hosts

@@ -9,6 +9,11 @@ own, so a waiting write holds up no read. The threads are daemons, closed at
 interpreter exit, so a store nobody closed never keeps a process alive. A file
 deleted or replaced under the store is noticed and its path opened again.
 
+The standard library's ``sqlite3`` on those threads, and anyio, are all it
+needs: each statement's answer goes back to the event loop that sent it, so
+the store works under asyncio and trio alike, and serves several threads'
+event loops at once.
+
 Gets are gathered: a get goes to the read thread at once when no read of
 this store is in flight, and the gets made while one is are gathered, all those
 of one event-loop iteration, into one ``WHERE key IN (...)`` query. A lone hit
@@ -22,19 +27,15 @@ checked by ``asyncache.stores.sqlite.schema``)::
     asyncache_leases  (key BLOB PRIMARY KEY, token BLOB, expires_at REAL)
 
 The package's modules: ``store`` (the store), ``connection`` (its two
-connections, and noticing a replaced file), ``threads`` (daemon threads, closed
-at exit), ``gathering`` (one iteration's gets or adds as one statement), ``sql``
+connections, and noticing a replaced file), ``threads`` (a daemon thread per
+connection, answering any loop; closed at exit), ``gathering`` (one
+iteration's gets or adds as one statement), ``sql``
 (the statements), ``schema`` (the file, its schema and pragmas, opening it),
 ``upkeep`` (pruning and the bounds), ``leases`` and ``describe`` (what a file
 holds), ``url`` (``sqlite:///`` URLs).
 """
 
 from __future__ import annotations
-
-try:
-    import aiosqlite  # noqa: F401 - the extra's driver, checked before anything needs it
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("SQLiteStore needs: pip install 'asyncache-ml[sqlite]'") from exc
 
 from .schema import SCHEMA_VERSION
 from .store import SQLiteStore

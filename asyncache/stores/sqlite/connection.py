@@ -6,11 +6,13 @@ In WAL mode a read never waits for a writer, so a write that waits (up to
 hits go on while another process holds the write lock. (``":memory:"`` has one
 connection; a second would be another database.)
 
-The connections belong to the event loop that opened them. Opening runs as a
-task of its own, shielded, so that a caller that gives up does not cancel it
-for the others; the tasks the store starts (hand-offs to gathering followers,
-the background prune, closing connections it replaced) are owned here and
-awaited on ``aclose``.
+The connections belong to no event loop: each statement's answer goes back to
+the loop that sent it (``threads``), so one store serves asyncio and trio, and
+several threads' loops at once. Opening blocks (it may wait for another
+process's lock), so it runs on an anyio worker thread, one opener at a time; a
+caller that gives up leaves it to finish for the others. The tasks the store
+starts (hand-offs to gathering followers, asyncio only) are owned here and the
+calling loop's are awaited on ``aclose``.
 
 The file is watched: before each write, at most once a second before reads,
 and after a failed statement, the device and inode the path names are
@@ -22,18 +24,18 @@ opens the path again rather than go on alone with a file nobody else sees.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-import aiosqlite
+import anyio.to_thread
 
 from ...errors import StoreError
-from . import threads
 from .schema import MEMORY, file_identity, open_database, open_reader
+from .threads import Connection
 
 __all__ = ["CHECK_EVERY", "Database"]
 
@@ -66,9 +68,9 @@ class Database:
         self.path = path
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
-        self.connection: aiosqlite.Connection | None = None
+        self.connection: Connection | None = None
         """The connection writes go through, or ``None`` while none is open."""
-        self.reader: aiosqlite.Connection | None = None
+        self.reader: Connection | None = None
         """The connection reads go through (``connection`` itself for ``":memory:"``)."""
         self.closed = False
         self.reopened = 0
@@ -77,11 +79,14 @@ class Database:
         self._check_due = 0.0  # time.monotonic() of the read path's next check
         self._on_open = opened
         self._started = False  # whether the file was ever open (``opened`` was called)
-        self._opening: asyncio.Task[aiosqlite.Connection] | None = None
+        # One opener at a time; others (in worker threads) wait for it and find it open.
+        self._opening = threading.Lock()
+        # Orders the connections' changes (open, replaced, closed) between threads.
+        self._state = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._daemons: set[asyncio.Task[Any]] = set()
+        self._openers: dict[asyncio.AbstractEventLoop, asyncio.Task[Connection]] = {}
 
-    async def connect(self) -> aiosqlite.Connection:
+    async def connect(self) -> Connection:
         """The write connection, opened (with the read one) by the first caller.
 
         The others wait for it.
@@ -94,20 +99,35 @@ class Database:
             raise self.closed_error()
         if self.connection is not None:
             return self.connection
-        task = self._opening
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # trio: each caller's own worker thread waits for the opener
+            return await anyio.to_thread.run_sync(self._open, abandon_on_cancel=True)
+        # One opening per loop, however many callers: one worker thread, not one each.
+        task = self._openers.get(loop)
         if task is None:
-            task = self._opening = self.spawn(self._open())
+            task = self._openers[loop] = loop.create_task(
+                anyio.to_thread.run_sync(self._open, abandon_on_cancel=True)
+            )
             task.add_done_callback(self._opened)
         # Shielded: a caller that gives up must not cancel the opening for the others.
         return await asyncio.shield(task)
 
-    def ready_reader(self) -> aiosqlite.Connection | None:
+    def _opened(self, task: asyncio.Task[Connection]) -> None:
+        if self._openers.get(task.get_loop()) is task:
+            del self._openers[task.get_loop()]
+        # Retrieved here, so it is never "unretrieved" when every caller gave up; the
+        # next call tries again (the lock that made this opening fail may be gone).
+        if not task.cancelled():
+            task.exception()
+
+    def ready_reader(self) -> Connection | None:
         """The read connection if one is open, the file checked at most once a second."""
         if self._identity is not None and time.monotonic() >= self._check_due:
             self.check_file()
         return self.reader
 
-    async def read_connection(self) -> aiosqlite.Connection:
+    async def read_connection(self) -> Connection:
         """The read connection, opened with the write one if need be.
 
         Raises:
@@ -121,7 +141,7 @@ class Database:
                 raise self.closed_error()
         return db
 
-    async def write_connection(self) -> aiosqlite.Connection:
+    async def write_connection(self) -> Connection:
         """The write connection, after checking that the path still names the file.
 
         Raises:
@@ -140,7 +160,7 @@ class Database:
         db = await self.write_connection()
         try:
             rows: Any = await db.execute_fetchall(statement, params)
-        except (sqlite3.Error, ValueError) as exc:
+        except sqlite3.Error as exc:
             return await self.again(exc, self.write_connection, statement, params)
         return rows  # type: ignore[no-any-return]
 
@@ -153,14 +173,14 @@ class Database:
         db = self.ready_reader() or await self.read_connection()
         try:
             rows: Any = await db.execute_fetchall(statement, params)
-        except (sqlite3.Error, ValueError) as exc:
+        except sqlite3.Error as exc:
             return await self.again(exc, self.read_connection, statement, params)
         return rows  # type: ignore[no-any-return]
 
     async def again(
         self,
         exc: Exception,
-        connection: Callable[[], Awaitable[aiosqlite.Connection]],
+        connection: Callable[[], Awaitable[Connection]],
         statement: str,
         params: Sequence[object],
     ) -> list[Any]:
@@ -177,7 +197,7 @@ class Database:
         db = await connection()
         try:
             rows: Any = await db.execute_fetchall(statement, params)
-        except (sqlite3.Error, ValueError) as retried:
+        except sqlite3.Error as retried:
             raise self.error(retried) from retried
         return rows  # type: ignore[no-any-return]
 
@@ -188,7 +208,7 @@ class Database:
             # executescript, because execute() steps a statement without columns only
             # once, and each step of incremental_vacuum frees one page.
             await db.executescript("PRAGMA incremental_vacuum;")
-        except (sqlite3.Error, ValueError) as exc:
+        except sqlite3.Error as exc:
             raise self.error(exc) from exc
 
     def check_file(self) -> bool:
@@ -197,26 +217,29 @@ class Database:
         The next call then opens the path again (creating a fresh file if none is there).
         """
         self._check_due = time.monotonic() + CHECK_EVERY
-        if self._identity is None or file_identity(self.path) == self._identity:
+        identity = self._identity
+        if identity is None or file_identity(self.path) == identity:
             return True
-        logger.warning(
-            "SQLite store %r: the file was deleted or replaced; opening the path again",
-            self.path,
-        )
-        self.reopened += 1
-        self._identity = None
-        self._opening = None
-        old = {id(db): db for db in (self.connection, self.reader) if db is not None}
-        self.connection = self.reader = None
+        with self._state:
+            if self._identity != identity:
+                return False  # another thread saw it first
+            logger.warning(
+                "SQLite store %r: the file was deleted or replaced; opening the path again",
+                self.path,
+            )
+            self.reopened += 1
+            self._identity = None
+            old = {id(db): db for db in (self.connection, self.reader) if db is not None}
+            self.connection = self.reader = None
         for db in old.values():
             # Statements already queued on it finish first. SQLite neither checkpoints
             # nor deletes the -wal of a file that is no longer at its path.
-            self.spawn(_close_quietly(db))
+            db.stop()
         return False
 
     def error(self, exc: Exception) -> StoreError:
         """The ``StoreError`` for a failed statement; checks that the file is still there."""
-        # ValueError is aiosqlite's word for "the connection closed under us".
+        # ProgrammingError is sqlite3's word for "the connection closed under us".
         if self._identity is not None and not self.closed:
             self.check_file()
         return StoreError(self._message(exc))
@@ -228,74 +251,69 @@ class Database:
         """The ``StoreError`` for a call after ``aclose``."""
         return StoreError(f"SQLiteStore({self.path!r}) is closed")
 
-    def spawn(
-        self, work: Coroutine[Any, Any, ResultT], *, daemon: bool = False
-    ) -> asyncio.Task[ResultT]:
-        """Run ``work`` as a task owned here; a daemon is cancelled on ``aclose``."""
+    def spawn(self, work: Coroutine[Any, Any, ResultT]) -> asyncio.Task[ResultT]:
+        """Run ``work`` as an asyncio task owned here, awaited on ``aclose``."""
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if daemon:
-            self._daemons.add(task)
-            task.add_done_callback(self._daemons.discard)
         return task
 
     async def aclose(self) -> None:
-        """Cancel the daemons, let the other tasks finish, close; safe to call twice."""
+        """Let this loop's tasks finish, then close the connections; safe to call twice."""
         if self.closed:
             return
-        self.closed = True
-        for task in self._daemons:
-            task.cancel()
+        with self._state:
+            self.closed = True
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # trio: gathering (and its tasks) is asyncio's only
+            loop = None
         # Gathering hand-offs finish (or fail fast now that the store is closed).
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        writer, reader = self.connection, self.reader
-        self.connection = self.reader = None
-        self._identity = None
+        while mine := [task for task in self._tasks if task.get_loop() is loop]:
+            await asyncio.gather(*mine, return_exceptions=True)
+        with self._state:
+            writer, reader = self.connection, self.reader
+            self.connection = self.reader = None
+            self._identity = None
         # The reader first: closing the last connection folds the WAL into the file.
         if reader is not None and reader is not writer:
-            await _close_quietly(reader)
+            await reader.close()
         if writer is not None:
-            await threads.close(writer)
+            await writer.close()
 
-    def _opened(self, task: asyncio.Task[aiosqlite.Connection]) -> None:
-        # Retrieve a failure here (so it is never "unretrieved") and let the next
-        # call try again: the lock that made this open fail may be gone by then.
-        if task.cancelled() or task.exception() is not None:
-            if self._opening is task:
-                self._opening = None
-
-    async def _open(self) -> aiosqlite.Connection:
-        memory = self.path == MEMORY
-        # Taken before connecting: if the file is replaced while this opens, the
-        # next check sees a difference and opens again, rather than miss it.
-        identity = None if memory else file_identity(self.path)
-        writer = await open_database(
-            self.path, busy_timeout=self.busy_timeout, synchronous=self.synchronous
-        )
-        try:
-            reader = (
-                writer if memory else await open_reader(self.path, busy_timeout=self.busy_timeout)
+    def _open(self) -> Connection:
+        """Open the write and read connections (blocking: on a worker thread)."""
+        with self._opening:
+            if self.closed:
+                raise self.closed_error()
+            if self.connection is not None:
+                return self.connection  # another caller opened it while this one waited
+            memory = self.path == MEMORY
+            # Taken before connecting: if the file is replaced while this opens, the
+            # next check sees a difference and opens again, rather than miss it.
+            identity = None if memory else file_identity(self.path)
+            writer = open_database(
+                self.path, busy_timeout=self.busy_timeout, synchronous=self.synchronous
             )
-        except BaseException:
-            await _close_quietly(writer)
-            raise
-        if self.closed:
-            for db in {id(writer): writer, id(reader): reader}.values():
-                await _close_quietly(db)
-            raise self.closed_error()
-        self.connection, self.reader = writer, reader
-        if not memory:
-            self._identity = identity or file_identity(self.path)
-        self._check_due = time.monotonic() + CHECK_EVERY
-        if not self._started:
-            self._started = True
-            if self._on_open is not None:
-                self._on_open()
-        return writer
-
-
-async def _close_quietly(db: aiosqlite.Connection) -> None:
-    with contextlib.suppress(sqlite3.Error, ValueError):
-        await threads.close(db)
+            try:
+                reader = (
+                    writer if memory else open_reader(self.path, busy_timeout=self.busy_timeout)
+                )
+            except BaseException:
+                writer.stop()
+                raise
+            with self._state:
+                if not self.closed:
+                    self.connection, self.reader = writer, reader
+                    if not memory:
+                        self._identity = identity or file_identity(self.path)
+                    self._check_due = time.monotonic() + CHECK_EVERY
+            if self.connection is not writer:  # closed while opening
+                for db in {id(writer): writer, id(reader): reader}.values():
+                    db.stop()
+                raise self.closed_error()
+            if not self._started:
+                self._started = True
+                if self._on_open is not None:
+                    self._on_open()
+            return writer

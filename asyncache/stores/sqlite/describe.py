@@ -1,29 +1,29 @@
 """What a SQLite store's file holds, for ``SQLiteStore.describe`` (and ``asyncache stats``).
 
-A store that has not opened its file is described through a read-only
-connection of its own: describing never creates, migrates or writes a file,
-and a file that is not an asyncache store is reported as such.
+Blocking functions: a store runs ``describe_database`` on its read
+connection's thread, and ``describe_file`` on a worker thread. A store that
+has not opened its file is described through a read-only connection of its
+own: describing never creates, migrates or writes a file, and a file that is
+not an asyncache store is reported as such.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
-
 from ...errors import StoreError
-from . import threads
 from .schema import MEMORY, user_version
 from .sql import LIVE_LEASES, SUMMARY, TABLES
 
 __all__ = ["describe_database", "describe_file", "file_bytes"]
 
 
-async def describe_database(db: aiosqlite.Connection, path: str) -> dict[str, Any]:
+def describe_database(db: sqlite3.Connection, path: str) -> dict[str, Any]:
     """Entries, bytes, expiries and leases in the store ``db`` is connected to.
 
     Raises:
@@ -31,16 +31,15 @@ async def describe_database(db: aiosqlite.Connection, path: str) -> dict[str, An
         SchemaVersionError: a newer asyncache wrote it.
         sqlite3.Error: a statement failed.
     """
-    tables = {row[0] for row in await db.execute_fetchall(TABLES)}
+    tables = {row[0] for row in db.execute(TABLES).fetchall()}
     if "asyncache_entries" not in tables:
         raise StoreError(f"{path} is not an asyncache SQLite store")
-    version = await user_version(db, path)
+    version = user_version(db, path)
     now = time.time()
-    summary = list(await db.execute_fetchall(SUMMARY, (now,)))
-    entries, stored_bytes, expired, forever, first, last = summary[0]
+    entries, stored_bytes, expired, forever, first, last = db.execute(SUMMARY, (now,)).fetchone()
     leases = 0
     if "asyncache_leases" in tables:
-        (leases,) = next(iter(await db.execute_fetchall(LIVE_LEASES, (now,))))
+        (leases,) = db.execute(LIVE_LEASES, (now,)).fetchone()
     facts: dict[str, Any] = {
         "schema_version": version,
         "entries": entries,
@@ -53,11 +52,11 @@ async def describe_database(db: aiosqlite.Connection, path: str) -> dict[str, An
         "leases": leases,
     }
     if path != MEMORY:
-        facts["file_bytes"] = await asyncio.to_thread(file_bytes, path)
+        facts["file_bytes"] = file_bytes(path)
     return facts
 
 
-async def describe_file(path: str, *, busy_timeout: float) -> dict[str, Any]:
+def describe_file(path: str, *, busy_timeout: float) -> dict[str, Any]:
     """``describe_database`` through a read-only connection to ``path``.
 
     Args:
@@ -69,11 +68,10 @@ async def describe_file(path: str, *, busy_timeout: float) -> dict[str, Any]:
         SchemaVersionError: a newer asyncache wrote it.
         sqlite3.Error: the file cannot be opened or read.
     """
-    db = await threads.connect(_read_only(path), uri=True, timeout=busy_timeout)
-    try:
-        return await describe_database(db, path)
-    finally:
-        await threads.close(db)
+    with contextlib.closing(
+        sqlite3.connect(_read_only(path), uri=True, timeout=busy_timeout)
+    ) as db:
+        return describe_database(db, path)
 
 
 def file_bytes(path: str) -> int:

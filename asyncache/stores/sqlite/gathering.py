@@ -5,6 +5,11 @@ a read is in flight, and adds, are gathered, all those of one loop iteration,
 into one ``Gathering``; its leader runs them as one statement and hands each
 follower its result. (Not micro-batching: that word belongs to
 ``asyncache.decorator._batching``, which gathers model calls, not statements.)
+
+Gathering is asyncio's: a gathering belongs to the loop that opened it, and
+only callers of that loop follow it. A caller of another loop (another
+thread's, or trio's) sends its statement alone, which is always correct and
+costs only the statement it did not share.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Gatherer", "Gathering", "next_iteration"]
+__all__ = ["Gatherer", "Gathering", "asyncio_loop", "next_iteration"]
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
@@ -23,9 +28,10 @@ ResultT = TypeVar("ResultT")
 class Gathering(Generic[ItemT, ResultT]):
     """The calls gathered in one loop iteration: the leader's item, then followers'."""
 
-    __slots__ = ("futures", "items")
+    __slots__ = ("futures", "items", "loop")
 
-    def __init__(self, item: ItemT) -> None:
+    def __init__(self, item: ItemT, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.items: list[ItemT] = [item]
         self.futures: list[asyncio.Future[ResultT]] = []
 
@@ -56,7 +62,7 @@ class Gatherer(Generic[ItemT, ResultT]):
 
     def follow(self, gathering: Gathering[ItemT, ResultT], item: ItemT) -> asyncio.Future[ResultT]:
         """Add ``item`` to the open gathering; the future gets its result."""
-        future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ResultT] = gathering.loop.create_future()
         gathering.items.append(item)
         gathering.futures.append(future)
         return future
@@ -98,6 +104,14 @@ class Gatherer(Generic[ItemT, ResultT]):
         for future, result in zip(futures, results, strict=True):
             if not future.done():
                 future.set_result(result)
+
+
+def asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop; ``None`` on another loop (trio), where nothing gathers."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 @types.coroutine

@@ -6,8 +6,9 @@ holder's own token; waiters poll (with backoff) for the entry or the lease's end
 
 from __future__ import annotations
 
-import asyncio
 import time
+
+import anyio
 
 from ..protocol import Entry
 from .sql import ACQUIRE, POLL, RELEASE, Execute
@@ -47,16 +48,15 @@ class LeaseTable:
         ``None`` at the timeout, and as soon as there is neither an entry nor a
         live lease.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = time.monotonic() + timeout
         delay = _POLL_FIRST
         while True:
             rows = await self.read(POLL, (time.time(), key))
             value, expires_at, leased = rows[0]
             if value is not None:
                 return Entry(value, None if expires_at is None else float(expires_at))
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if not leased or remaining <= 0:
                 return None
-            await asyncio.sleep(min(delay, remaining))
+            await anyio.sleep(min(delay, remaining))
             delay = min(delay * 2, _POLL_MAX)

@@ -1,6 +1,7 @@
 """The SQLite store's file: its schema, its version, its pragmas, and opening it.
 
-``open_database`` creates the file (private to its owner) and connects;
+``open_database`` creates the file (private to its owner) and connects (on a
+worker thread: opening blocks; the connection then runs on a thread of its own);
 ``prepare`` runs once per connection: it creates the schema in a
 ``BEGIN IMMEDIATE`` transaction, so that processes opening a new file at once
 create it once, and refuses a file written by a newer asyncache. Some of what
@@ -13,15 +14,13 @@ file a path names, so that a store notices its file was deleted or replaced.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sqlite3
-
-import aiosqlite
+import time
 
 from ...errors import SchemaVersionError, StoreError
-from . import threads
+from .threads import Connection
 
 __all__ = [
     "MEMORY",
@@ -89,14 +88,12 @@ def is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
-async def open_database(
-    path: str, *, busy_timeout: float, synchronous: str
-) -> aiosqlite.Connection:
+def open_database(path: str, *, busy_timeout: float, synchronous: str) -> Connection:
     """Create the file if it is absent, connect, and ``prepare`` the connection.
 
-    Every statement on the connection is its own transaction (autocommit).
-    Preparing is tried again, for up to ``busy_timeout`` seconds, while
-    another connection's lock is in the way.
+    Blocking: run it on a worker thread. Every statement on the connection is
+    its own transaction (autocommit). Preparing is tried again, for up to
+    ``busy_timeout`` seconds, while another connection's lock is in the way.
 
     Raises:
         StoreError: the file cannot be created, opened or prepared.
@@ -104,71 +101,73 @@ async def open_database(
     """
     if path != MEMORY:
         try:
-            await asyncio.to_thread(create_private, path)
+            create_private(path)
         except OSError as exc:
             raise StoreError(f"cannot create SQLite store {path!r}: {exc}") from exc
-    db = await _connect(path, busy_timeout)
+    db = _connect(path, busy_timeout)
     try:
-        await _prepare_when_free(db, path, busy_timeout, synchronous)
+        _prepare_when_free(db, path, busy_timeout, synchronous)
     except sqlite3.Error as exc:
-        await threads.close(db)
+        db.close()
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
     except BaseException:
-        await threads.close(db)
+        db.close()
         raise
-    return db
+    return Connection(db, name=f"asyncache-sqlite-writer {path}")
 
 
-async def open_reader(path: str, *, busy_timeout: float) -> aiosqlite.Connection:
+def open_reader(path: str, *, busy_timeout: float) -> Connection:
     """A second, query-only connection to a file ``open_database`` prepared.
 
-    In WAL mode its reads never wait for a writer, so a write that waits for
-    another process's lock holds up no read queued behind it.
+    Blocking: run it on a worker thread. In WAL mode its reads never wait for
+    a writer, so a write that waits for another process's lock holds up no
+    read queued behind it.
 
     Raises:
         StoreError: the file cannot be opened.
     """
-    db = await _connect(path, busy_timeout)
+    db = _connect(path, busy_timeout)
     try:
-        await db.execute_fetchall("PRAGMA query_only = ON")
+        db.execute("PRAGMA query_only = ON")
     except sqlite3.Error as exc:
-        await threads.close(db)
+        db.close()
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
-    except BaseException:
-        await threads.close(db)
-        raise
-    return db
+    return Connection(db, name=f"asyncache-sqlite-reader {path}")
 
 
-async def _connect(path: str, busy_timeout: float) -> aiosqlite.Connection:
+def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     try:
-        return await threads.connect(
-            path, timeout=busy_timeout, isolation_level=None, cached_statements=256
+        # check_same_thread=False: opened here, then used only by its Connection's thread.
+        return sqlite3.connect(
+            path,
+            timeout=busy_timeout,
+            isolation_level=None,
+            cached_statements=256,
+            check_same_thread=False,
         )
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
 
 
-async def _prepare_when_free(
-    db: aiosqlite.Connection, path: str, busy_timeout: float, synchronous: str
+def _prepare_when_free(
+    db: sqlite3.Connection, path: str, busy_timeout: float, synchronous: str
 ) -> None:
     """``prepare``, again after a short sleep while a lock is in the way, until the timeout."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + busy_timeout
+    deadline = time.monotonic() + busy_timeout
     delay = 0.002
     while True:
         try:
-            await prepare(db, path=path, synchronous=synchronous)
+            prepare(db, path=path, synchronous=synchronous)
         except sqlite3.OperationalError as exc:
-            if not is_busy(exc) or loop.time() + delay > deadline:
+            if not is_busy(exc) or time.monotonic() + delay > deadline:
                 raise
         else:
             return
-        await asyncio.sleep(delay)
+        time.sleep(delay)
         delay = min(delay * 2, 0.05)
 
 
-async def prepare(db: aiosqlite.Connection, *, path: str, synchronous: str) -> None:
+def prepare(db: sqlite3.Connection, *, path: str, synchronous: str) -> None:
     """Set the connection's pragmas and create the schema if the file has none.
 
     Raises:
@@ -176,43 +175,42 @@ async def prepare(db: aiosqlite.Connection, *, path: str, synchronous: str) -> N
         SchemaVersionError: a newer asyncache wrote the file.
         sqlite3.Error: a statement failed.
     """
-    version = await user_version(db, path)
+    version = user_version(db, path)
     if version == 0:
         # Only takes effect before the first table exists; a no-op otherwise.
-        await db.execute_fetchall("PRAGMA auto_vacuum = INCREMENTAL")
-    rows = list(await db.execute_fetchall("PRAGMA journal_mode = WAL"))
+        db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    rows = db.execute("PRAGMA journal_mode = WAL").fetchall()
     if str(rows[0][0]).lower() != "wal" and path != MEMORY:
         raise StoreError(
             f"SQLite store {path!r} cannot use WAL (journal_mode={rows[0][0]}); "
             "is it on a network file system?"
         )
-    await db.execute_fetchall(f"PRAGMA synchronous = {synchronous}")
-    await db.execute_fetchall("PRAGMA journal_size_limit = 67108864")
+    db.execute(f"PRAGMA synchronous = {synchronous}")
+    db.execute("PRAGMA journal_size_limit = 67108864")
     if version == SCHEMA_VERSION:
         return
-    await db.execute_fetchall("BEGIN IMMEDIATE")
+    db.execute("BEGIN IMMEDIATE")
     try:
         # Another process may have created the schema since we looked.
-        version = await user_version(db, path)
+        version = user_version(db, path)
         if version == 0:
             for statement in SCHEMA:
-                await db.execute_fetchall(statement)
-            await db.execute_fetchall(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        await db.execute_fetchall("COMMIT")
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):
-            await db.execute_fetchall("ROLLBACK")
+            db.execute("ROLLBACK")
         raise
 
 
-async def user_version(db: aiosqlite.Connection, path: str) -> int:
+def user_version(db: sqlite3.Connection, path: str) -> int:
     """The file's schema version (0: none yet).
 
     Raises:
         SchemaVersionError: it is newer than ``SCHEMA_VERSION``.
     """
-    rows = list(await db.execute_fetchall("PRAGMA user_version"))
-    version = int(rows[0][0])
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
     if version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"SQLite store {path!r} has schema version {version}, but this asyncache "

@@ -22,6 +22,7 @@ __all__ = [
     "ENTRIES_AFTER",
     "EVICT_EXPIRING",
     "EVICT_FOREVER",
+    "EXPIRED_AT",
     "GET_CHUNK",
     "GET_ONE",
     "LIVE_LEASES",
@@ -65,6 +66,8 @@ GET_ONE = (
     "SELECT value, expires_at FROM asyncache_entries "
     "WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)"
 )
+# When the entry under ?1 expired, if the file still holds it expired (replay's errors).
+EXPIRED_AT = "SELECT expires_at FROM asyncache_entries WHERE key = ?1 AND expires_at <= ?2"
 # A page of the walk ``entries`` makes, in key order from just after ?2 (keyset paging).
 ENTRIES_AFTER = (
     f"SELECT key, value, expires_at FROM asyncache_entries WHERE key > ?2 AND {_LIVE} "

@@ -8,18 +8,22 @@ the file holds (for ``asyncache stats``) in ``describe``.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Self
+
+import anyio.to_thread
 
 from ...errors import ConfigurationError
 from ..protocol import Entry
 from .connection import Database
 from .describe import describe_database, describe_file
-from .gathering import Gatherer, Gathering, next_iteration
+from .gathering import Gatherer, Gathering, asyncio_loop, next_iteration
 from .leases import LeaseTable
 from .schema import MEMORY
 from .sql import (
@@ -29,6 +33,7 @@ from .sql import (
     COUNT,
     DELETE,
     ENTRIES_AFTER,
+    EXPIRED_AT,
     GET_CHUNK,
     GET_ONE,
     RENEW,
@@ -49,8 +54,10 @@ class SQLiteStore:
     """Decisions in a SQLite file, shared by every process and task on one host.
 
     The store opens its file on first use (constructing it outside an event
-    loop is fine) and is then bound to that loop. ``async with`` opens it at
-    once and closes it on exit.
+    loop is fine). It works under asyncio and trio (through anyio), and serves
+    several threads' event loops at once: its statements run on threads of its
+    own and each answer goes back to the loop that asked. ``async with`` opens
+    it at once and closes it on exit.
 
     Expired entries are never returned. An expiry of ``inf`` (or past any
     float) means no expiry, like ``None``. A background task deletes them every
@@ -127,6 +134,7 @@ class SQLiteStore:
             max_bytes=max_bytes,
         )
         self._leases = LeaseTable(database.execute, database.read)
+        self._pruning: threading.Thread | None = None  # the background pruning
         self._reading = 0  # reads of ours in flight; while any is, gets are gathered
         self._gets: Gatherer[bytes, Entry | None] = Gatherer(self._run_get, database.spawn)
         self._adds: Gatherer[tuple[bytes, bytes, float | None], Entry] = Gatherer(
@@ -183,10 +191,12 @@ class SQLiteStore:
         """Return the live entry under ``key``, or ``None``; concurrent gets share a query."""
         gets = self._gets
         gathering = gets.open
-        if gathering is not None:
+        loop = asyncio_loop()
+        if gathering is not None and gathering.loop is loop:
             return await gets.follow(gathering, key)
-        if not self._reading:
+        if not self._reading or loop is None or gathering is not None:
             # Nothing of ours in flight: go at once, so a lone get pays no gathering.
+            # (Nor does a get of a loop that cannot follow the one gathering now.)
             self._reading += 1
             try:
                 database = self._database
@@ -195,7 +205,7 @@ class SQLiteStore:
                 params = (key, time.time())
                 try:
                     rows: Any = await db.execute_fetchall(GET_ONE, params)
-                except (sqlite3.Error, ValueError) as exc:
+                except sqlite3.Error as exc:
                     rows = await database.again(exc, database.read_connection, GET_ONE, params)
             finally:
                 self._reading -= 1
@@ -203,7 +213,7 @@ class SQLiteStore:
                 return Entry(value, expires_at)
             return None
         # A read is in flight: lead a gathering of every get made in this iteration.
-        gathering = gets.open = Gathering(key)
+        gathering = gets.open = Gathering(key, loop)
         try:
             await next_iteration()
             gets.open = None
@@ -224,9 +234,13 @@ class SQLiteStore:
         adds = self._adds
         item = (key, value, storable_expiry(expires_at))
         gathering = adds.open
-        if gathering is not None:
+        loop = asyncio_loop()
+        if gathering is not None and gathering.loop is loop:
             return await adds.follow(gathering, item)
-        gathering = adds.open = Gathering(item)
+        if loop is None or gathering is not None:
+            # A loop that cannot gather (trio), or follow the one gathering now: alone.
+            return (await self._run_add([item]))[0]
+        gathering = adds.open = Gathering(item, loop)
         try:
             await next_iteration()
             adds.open = None
@@ -265,6 +279,22 @@ class SQLiteStore:
         stored, stored_expiry = rows[0]
         return Entry(stored, None if stored_expiry is None else float(stored_expiry))
 
+    async def expired_at(self, key: bytes) -> float | None:
+        """When the entry under ``key`` expired, if the file still holds it; else ``None``.
+
+        Replay asks, to tell a recording that expired from one that never held the key.
+        """
+        rows = await self._database.read(EXPIRED_AT, (key, time.time()))
+        return None if not rows else float(rows[0][0])
+
+    def pause_upkeep(self) -> None:
+        """Write nothing on its own from now on: no background prune, no eviction.
+
+        Replay calls it, so that reading a recording leaves the file as it was
+        recorded, expired entries included. ``prune()`` still prunes when called.
+        """
+        self._upkeep.paused = True
+
     async def prune(self) -> int:
         """Delete expired entries and leases, then enforce the bounds.
 
@@ -285,7 +315,14 @@ class SQLiteStore:
         await self._database.vacuum()
 
     async def aclose(self) -> None:
-        """Stop the background task and close the connection; safe to call twice."""
+        """Stop the background pruning and close the connections; safe to call twice."""
+        upkeep = self._upkeep
+        upkeep.stop.set()
+        upkeep.wake.set()
+        thread = self._pruning
+        if thread is not None:
+            # A prune under way finishes first: its statements need the connection.
+            await anyio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
         await self._database.aclose()
 
     async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
@@ -329,11 +366,13 @@ class SQLiteStore:
             raise database.closed_error()
         try:
             if database.reader is None and self.path != MEMORY:
-                facts = await describe_file(self.path, busy_timeout=self.busy_timeout)
+                facts = await anyio.to_thread.run_sync(
+                    functools.partial(describe_file, self.path, busy_timeout=self.busy_timeout)
+                )
             else:
                 db = database.ready_reader() or await database.read_connection()
-                facts = await describe_database(db, self.path)
-        except (sqlite3.Error, ValueError) as exc:
+                facts = await db.call(describe_database, self.path)
+        except sqlite3.Error as exc:
             raise database.error(exc) from exc
         return {
             "kind": "sqlite",
@@ -409,5 +448,6 @@ class SQLiteStore:
         return results
 
     def _opened(self) -> None:
-        if self.prune_interval is not None:
-            self._database.spawn(self._upkeep.run(self.prune_interval), daemon=True)
+        # On the thread that opened the file; the pruning belongs to no event loop.
+        if self.prune_interval is not None and not self._upkeep.stop.is_set():
+            self._pruning = self._upkeep.start(self.prune_interval)

@@ -1,16 +1,23 @@
-"""The threads SQLite connections run on: daemons, closed at interpreter exit.
+"""The threads SQLite connections run on: one daemon per connection, answering any loop.
 
-aiosqlite runs each connection on a thread of its own, and that thread is not
-a daemon: a program that never closed its store (it forgot ``aclose()``, or an
-exception ended ``asyncio.run`` first) would wait for it forever at exit, since
-Python joins every non-daemon thread before it runs ``atexit`` callbacks.
+Every statement on a connection runs on that connection's own thread, in the
+order it was sent, so a connection is never used by two threads at once. The
+caller waits without blocking its event loop, whatever loop it runs (asyncio
+or trio, through anyio) and however many loops share the store (threads each
+running ``asyncio.run``): each statement's answer goes back to the loop that
+sent it. Under asyncio that is a future and ``call_soon_threadsafe``, as cheap
+as aiosqlite's hop; on other loops, an ``anyio.Event`` set through the loop's
+token.
 
-``connect`` makes the thread a daemon, so it never keeps a process alive, and
-remembers the connection; at exit, ``close_at_exit`` closes every connection
-still open, each after the statements queued on it, waiting ``EXIT_WAIT``
-seconds in all. Every add is its own committed transaction, so what a store
-returned is in the file (or its WAL) either way; the clean close also folds
-the WAL back into the file.
+A caller that stops waiting (cancelled, timed out) leaves its statement to
+finish: the statement's answer then goes nowhere.
+
+The threads are daemons, so a program that never closed its store (it forgot
+``aclose()``, or an exception ended ``asyncio.run`` first) is never held at
+exit. At exit, ``close_at_exit`` closes every connection still open, each
+after the statements queued on it, waiting ``EXIT_WAIT`` seconds in all. Every
+add is its own committed transaction, so what a store returned is in the file
+(or its WAL) either way; the clean close also folds the WAL back into the file.
 """
 
 from __future__ import annotations
@@ -18,41 +25,173 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import queue
+import sqlite3
 import threading
 import time
 import weakref
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-import aiosqlite
-
-__all__ = ["EXIT_WAIT", "close", "close_at_exit", "connect"]
+__all__ = ["EXIT_WAIT", "Connection", "close_at_exit"]
 
 EXIT_WAIT = 2.0
 """Seconds the interpreter's exit waits, in all, for open connections to close."""
 
-_open: weakref.WeakSet[aiosqlite.Connection] = weakref.WeakSet()
+ResultT = TypeVar("ResultT")
+
+# What a statement's thread does with its outcome: hand it to the waiting loop.
+Post = Callable[[Any, BaseException | None], None]
+
+_open: weakref.WeakSet[Connection] = weakref.WeakSet()
 
 
-def connect(database: str, **options: Any) -> aiosqlite.Connection:
-    """``aiosqlite.connect(database, **options)`` on a daemon thread; await it to open.
+class Connection:
+    """One ``sqlite3`` connection and the daemon thread every statement on it runs on.
 
-    The connection is closed at interpreter exit unless ``close`` closed it first.
+    Args:
+        connection: made with ``check_same_thread=False`` (it was opened and
+            prepared on another thread); nothing else may use it after this.
+        name: the thread's name, for debuggers and stack dumps.
     """
-    db = aiosqlite.connect(database, **options)
-    # aiosqlite keeps the thread, not yet started, in a private attribute (in
-    # releases before 0.20 the connection is the thread). Without either, the
-    # thread stays a non-daemon; tests/stores/test_sqlite_lifetime.py notices.
-    thread = getattr(db, "_thread", db)
-    if isinstance(thread, threading.Thread) and not thread.is_alive():
-        thread.daemon = True
-    _open.add(db)
-    return db
+
+    __slots__ = ("__weakref__", "_db", "_jobs", "_lock", "_stopped", "thread")
+
+    def __init__(self, connection: sqlite3.Connection, *, name: str = "asyncache-sqlite") -> None:
+        self._db = connection
+        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Post] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()  # orders "stopped" against sending a statement
+        self._stopped = False
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+        _open.add(self)
+
+    async def call(self, function: Callable[..., ResultT], *args: Any) -> ResultT:
+        """``function(connection, *args)`` on the connection's thread; its result.
+
+        Raises:
+            sqlite3.ProgrammingError: the connection is closed.
+            Exception: whatever ``function`` raised.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return await _call_elsewhere(self, function, args)
+        future: asyncio.Future[ResultT] = loop.create_future()
+
+        def post(result: Any, error: BaseException | None) -> None:
+            # The loop may be closed by now (its program ended): nobody waits then.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self.send(function, args, post)
+        return await future
+
+    async def execute_fetchall(self, statement: str, params: Sequence[object] = ()) -> list[Any]:
+        """Run one statement; its rows."""
+        return await self.call(_fetchall, statement, params)
+
+    async def executescript(self, script: str) -> None:
+        """Run ``script`` (several statements, or one that must be stepped to its end)."""
+        await self.call(_executescript, script)
+
+    def send(self, function: Callable[..., Any], args: tuple[Any, ...], post: Post) -> None:
+        """Queue ``function(connection, *args)``; ``post`` gets its outcome on the thread.
+
+        Raises:
+            sqlite3.ProgrammingError: the connection is closed.
+        """
+        with self._lock:
+            if self._stopped:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            self._jobs.put((function, args, post))
+
+    async def close(self) -> None:
+        """Close the connection after the statements queued on it; its thread then ends."""
+        try:
+            await self.call(_close)
+        except sqlite3.Error:
+            pass  # closed already
+        finally:
+            # Also when the caller was cancelled: the thread must end all the same.
+            self.stop()
+
+    def stop(self) -> None:
+        """Close the connection after the statements queued on it, without waiting."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._jobs.put((_close, (), _ignore))
+            self._jobs.put(None)
+        _open.discard(self)
+
+    def _serve(self) -> None:
+        jobs = self._jobs
+        db = self._db
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            function, args, post = job
+            try:
+                result = function(db, *args)
+            except BaseException as exc:
+                post(None, exc)
+            else:
+                post(result, None)
 
 
-async def close(db: aiosqlite.Connection) -> None:
-    """Close ``db`` after the statements queued on it."""
-    _open.discard(db)
-    await db.close()
+async def _call_elsewhere(
+    connection: Connection, function: Callable[..., ResultT], args: tuple[Any, ...]
+) -> ResultT:
+    """``Connection.call`` on a loop other than asyncio's (trio), through anyio."""
+    import anyio.from_thread
+    import anyio.lowlevel
+
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    outcome: list[tuple[Any, BaseException | None]] = []
+
+    def post(result: Any, error: BaseException | None) -> None:
+        outcome.append((result, error))
+        # The run may have ended (RunFinishedError): nobody waits then.
+        with contextlib.suppress(Exception):
+            anyio.from_thread.run_sync(done.set, token=token)
+
+    connection.send(function, args, post)
+    await done.wait()
+    result, error = outcome[0]
+    if error is not None:
+        raise error
+    return result  # type: ignore[no-any-return]
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # its caller stopped waiting
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _fetchall(db: sqlite3.Connection, statement: str, params: Sequence[object]) -> list[Any]:
+    return db.execute(statement, params).fetchall()
+
+
+def _executescript(db: sqlite3.Connection, script: str) -> None:
+    db.executescript(script)
+
+
+def _close(db: sqlite3.Connection) -> None:
+    db.close()
+
+
+def _ignore(result: Any, error: BaseException | None) -> None:
+    return None
 
 
 def close_at_exit(wait: float = EXIT_WAIT) -> None:
@@ -63,20 +202,11 @@ def close_at_exit(wait: float = EXIT_WAIT) -> None:
     end, which rolls back the statement and keeps every committed one.
     """
     deadline = time.monotonic() + wait
-    # Nothing waits for the answers now: with no current loop, aiosqlite posts
-    # none (posting to a closed loop would end its thread with a traceback).
-    with contextlib.suppress(Exception):
-        asyncio.set_event_loop(None)
-    for db in list(_open):
-        _open.discard(db)
-        thread = getattr(db, "_thread", db)
-        if not isinstance(thread, threading.Thread) or not thread.is_alive():
-            continue
-        with contextlib.suppress(Exception):
-            db.stop()  # queues "close the connection, end the thread" behind the rest
+    for connection in list(_open):
+        connection.stop()
         # One at a time: the last connection to a file to close folds the WAL into it,
         # and two closing at once may each see the other still open.
-        thread.join(max(0.0, deadline - time.monotonic()))
+        connection.thread.join(max(0.0, deadline - time.monotonic()))
 
 
 atexit.register(close_at_exit)

@@ -2,16 +2,23 @@
 
 Deletes go in chunks of ``DELETE_CHUNK`` rows, so that the write lock is held
 for milliseconds and other callers' statements interleave between them.
+
+The background pruning runs on a daemon thread of the store's own, each prune
+in a short ``asyncio.run`` there: it belongs to no caller's event loop, so it
+goes on whichever loops (asyncio's or trio's, one or several) use the store,
+and outlives none of them at exit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
+
+import anyio
 
 from ...errors import StoreError
 from .sql import (
@@ -64,12 +71,16 @@ class Upkeep:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.bounded = max_entries is not None or max_bytes is not None
-        self.lock = asyncio.Lock()
-        self.wake = asyncio.Event()
+        # Threads' primitives: prunes come from any loop, and from the background thread.
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stop = threading.Event()
         # Inserts since the bounds were last checked; past the slack, check again.
         self.unchecked = 0
         self.slack = max(1, min(1000, (max_entries or 100_000) // 100))
         self.failing = False
+        self.paused = False
+        """Set by ``SQLiteStore.pause_upkeep``: the background task prunes and evicts no more."""
         self.pruned = 0
         """Expired entries deleted so far."""
         self.evicted = 0
@@ -88,41 +99,65 @@ class Upkeep:
         Returns:
             How many expired entries were deleted.
         """
-        async with self.lock:
+        # Polled, not awaited: a thread's lock, which a caller of any loop can take
+        # (an anyio.Event would belong to one loop). Two prunes at once are rare.
+        while not self.lock.acquire(blocking=False):  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+        try:
             now = time.time()
             pruned = 0
             while True:
                 deleted = len(await self.execute(PRUNE, (now,)))
                 pruned += deleted
+                self.pruned += deleted  # counted as each chunk goes, for stats() meanwhile
                 if deleted < DELETE_CHUNK:
                     break
             await self.execute(PRUNE_LEASES, (now,))
-            self.pruned += pruned
             await self.enforce_bounds()
             pages, free = (await self.execute(PAGES, ()))[0]
             if free > pages // 2:
                 await self.vacuum()
             return pruned
+        finally:
+            self.lock.release()
 
-    async def run(self, interval: float) -> None:
-        """Prune every ``interval`` seconds, or sooner when woken, until cancelled."""
+    def start(self, interval: float) -> threading.Thread:
+        """Start the background thread: a prune every ``interval`` seconds, or when woken."""
+        thread = threading.Thread(
+            target=self.run, args=(interval,), name=f"asyncache-sqlite-upkeep {self.path}"
+        )
+        thread.daemon = True
+        thread.start()
+        return thread
+
+    def run(self, interval: float) -> None:
+        """The background thread: prune every ``interval`` seconds, or sooner when woken.
+
+        Ends once ``stop`` is set (and ``wake``, so that it sees it at once).
+        """
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):
-                    await self.wake.wait()
+            self.wake.wait(interval)
             self.wake.clear()
-            try:
-                await self.prune()
-            except StoreError as exc:
-                # Once per failure streak: a locked file would otherwise log every interval.
-                if not self.failing:
-                    logger.warning("background prune of %r failed: %s", self.path, exc)
-                self.failing = True
-            except Exception:
-                logger.exception("background prune of %r failed", self.path)
-                self.failing = True
-            else:
-                self.failing = False
+            if self.stop.is_set():
+                return
+            if self.paused:
+                continue  # replay: nothing is deleted while it reads
+            asyncio.run(self.prune_in_background())
+
+    async def prune_in_background(self) -> None:
+        """``prune``, its failure logged once per streak instead of raised."""
+        try:
+            await self.prune()
+        except StoreError as exc:
+            # Once per failure streak: a locked file would otherwise log every interval.
+            if not self.failing and not self.stop.is_set():
+                logger.warning("background prune of %r failed: %s", self.path, exc)
+            self.failing = True
+        except Exception:
+            logger.exception("background prune of %r failed", self.path)
+            self.failing = True
+        else:
+            self.failing = False
 
     async def count(self) -> int:
         """How many entries the file holds (expired ones not yet pruned included)."""

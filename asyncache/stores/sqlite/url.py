@@ -6,6 +6,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...errors import ConfigurationError
+from ...redact import redact_url
 
 __all__ = ["OPTIONS", "parse_option", "parse_url"]
 
@@ -21,19 +22,19 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """
     parts = urlsplit(url)
     if parts.scheme.lower() != "sqlite":
-        raise ConfigurationError(f"not a sqlite URL: {url!r}")
+        raise ConfigurationError(f"not a sqlite URL: {redact_url(url)!r}")
     if parts.netloc:
         raise ConfigurationError(
-            f"sqlite URLs take no host ({url!r}); "
+            f"sqlite URLs take no host ({redact_url(url)!r}); "
             "use sqlite:///relative/path or sqlite:////absolute/path"
         )
     path = unquote(parts.path)[1:]
     if not path:
-        raise ConfigurationError(f"sqlite URL without a path: {url!r}")
+        raise ConfigurationError(f"sqlite URL without a path: {redact_url(url)!r}")
     options: dict[str, Any] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name in options:
-            raise ConfigurationError(f"sqlite option {name!r} given twice in {url!r}")
+            raise ConfigurationError(f"sqlite option {name!r} given twice in {redact_url(url)!r}")
         options[name] = parse_option(name, value)
     return path, options
 

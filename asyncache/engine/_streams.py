@@ -1,0 +1,439 @@
+"""Streamed decisions: one decision made of chunks, shared live while it is produced.
+
+An async generator under ``@cached_prediction`` is one decision whose value
+is the list of its chunks. ``cached_stream`` is the stream door onto the
+engine's one path, an async generator itself:
+
+- a caller that finds the key's flight streaming (``Engine.streaming``) reads
+  its ``Broadcast`` (``_stream``) from the first chunk: the chunks so far at
+  once, then each new one as it is produced;
+- otherwise ``Engine.fetch`` looks the key up: a hit replays the stored
+  chunks with their boundaries (at the recorded pace, when asked);
+- a miss hangs a ``Broadcast`` on the key's flight (``Engine.miss``) and runs
+  the generator as the flight's computation: each chunk goes to the
+  broadcast, every caller sharing the flight (the one that started it
+  included) reads it at its own pace, and no caller that stops reading stops
+  the others. When the generator ends normally its chunks are the result the
+  engine stores, as any decision (ttl and ``admit`` judge the list of chunks,
+  ``max_entry_bytes``, first decision wins, leases, audits);
+- the other modes run the same computation through ``Engine.get_or_compute``
+  (shadow compares the whole stream, record replaces it, off stores nothing).
+
+A stream that raises hands its error to every reader after the chunks it
+had, and stores nothing. When no reader is left before the end, the
+generator is stopped (its task cancelled; the generator is closed) and
+nothing is stored.
+
+Memory is bounded: every chunk is kept while the stream may still be stored,
+up to ``max_entry_bytes`` and ``max_chunks``, and the generator runs at its
+own pace. Past either the stream is not stored, nobody may join it, chunks
+are dropped once every reader has them, and the generator is paced by its
+slowest reader, one chunk ahead (``Broadcast.push``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import aclosing, contextmanager
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..errors import DecodeError
+from ._engine import MISS, Unshared, replay_miss
+from ._flights import Flight, copy_for_caller, error_for_caller
+from ._freshness import Freshness, StaleHit, overridden
+from ._runtime import cancelled, is_cancellation, spawn
+from ._stream import Broadcast, Reader
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+__all__ = ["ChunkFraming", "cached_stream", "chunk_bytes"]
+
+Produce = Callable[[], AsyncIterator[Any]]
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+# The piece that ends a stream of chunks (a chunk may be anything, None included).
+_END: Any = object()
+# The tasks that run streams' flights for their leaders (held, so that none is collected).
+_RUNNING: set[asyncio.Task[Any]] = set()
+
+
+class ChunkFraming:
+    """The decorator's pieces (``Framing``): chunks, each pacing the generator; the end."""
+
+    __slots__ = ("abort", "broadcast")
+
+    def __init__(self) -> None:
+        self.abort: Callable[[], object] | None = None
+        """Stops the generator (set while it runs): nobody reads any more."""
+        self.broadcast: Broadcast | None = None
+
+    def paced(self, piece: Any) -> bool:
+        # While every chunk is kept (bounded by the keep limits) the generator runs at its
+        # own pace, so a slow caller neither slows it nor delays the store; past them,
+        # its slowest reader paces it.
+        broadcast = self.broadcast
+        return piece is not _END and broadcast is not None and not broadcast.keep
+
+    def final(self, piece: Any) -> bool:
+        return piece is _END
+
+
+async def cached_stream(
+    engine: Engine,
+    key: bytes,
+    produce: Produce,
+    inputs: Any = None,
+    *,
+    rebuild: Callable[[Any], Any] | None = None,
+    pace: bool = False,
+    max_chunks: int = 10_000,
+    freshness: Freshness | None = None,
+) -> AsyncGenerator[Any, None]:
+    """The chunks of the decision for ``key``: replayed from the store, or produced live.
+
+    Args:
+        engine: the cache's engine.
+        key: from a ``KeyBuilder``.
+        produce: starts the generator; called at most once per flight.
+        inputs: handed to the ``ttl`` and ``admit`` hooks (which judge the list of chunks).
+        rebuild: turns each chunk into the type the caller expects; a stored
+            stream whose chunks do not fit it is a corrupt entry.
+        pace: replay a hit over the time its stream took to produce, evenly.
+        max_chunks: past this many chunks a stream is not stored.
+        freshness: the function's own freshness settings (the cache's when
+            ``None``), for the computation this caller starts or refreshes.
+
+    Raises:
+        ReplayMiss: ``mode="replay"`` and the store does not hold the stream (before
+            the first chunk).
+    """
+    engine.stats.streams += 1
+    mode = engine.mode
+    serving = mode == "live" or mode == "replay"
+    flow: AsyncGenerator[Any, None] | None = None
+    if serving:
+        flight = engine.streaming(key)
+        if flight is None:
+            stored = await _lookup(engine, key, produce, inputs, rebuild, pace, freshness)
+            if stored is not None:
+                chunks, seconds = stored
+                # Rebuilt already: a chunk that does not fit made the entry a miss.
+                async with aclosing(_replay(engine, chunks, seconds)) as replay:
+                    async for chunk in replay:
+                        yield chunk
+                return
+            if mode == "replay":
+                raise replay_miss(key, inputs)
+            # An identical stream may have taken off while the store answered.
+            flight = engine.streaming(key)
+        if flight is not None:
+            engine.joined(flight)
+            broadcast: Broadcast = flight.stream
+            flow = _read(broadcast, broadcast.join())
+    if flow is None:
+        flow = _lead(
+            engine,
+            key,
+            produce,
+            inputs,
+            max_chunks,
+            listed=serving and engine.coalesce,
+            freshness=freshness,
+        )
+    async with aclosing(flow):
+        async for chunk in flow:
+            yield chunk if rebuild is None else rebuild(chunk)
+
+
+async def _lookup(
+    engine: Engine,
+    key: bytes,
+    produce: Produce,
+    inputs: Any,
+    rebuild: Callable[[Any], Any] | None,
+    pace: bool,
+    freshness: Freshness | None = None,
+) -> tuple[list[Any], float] | None:
+    """The stored chunks under ``key`` (a hit, counted, maybe audited) and the seconds
+    the stream took (``pace`` only), or ``None``."""
+    seconds = 0.0
+    if pace:
+        decoded = await engine.lookup(key)
+        value = MISS if decoded is None else decoded.value
+        seconds = 0.0 if decoded is None else decoded.compute_seconds
+    else:
+
+        async def recompute() -> list[Any]:
+            # An audit compares the whole stream: the chunks, not their timing.
+            async with aclosing(_bare(produce)) as fresh:
+                return [chunk async for chunk in fresh]
+
+        value = await engine.fetch(
+            key, recompute=recompute if engine.sampler is not None else None, inputs=inputs
+        )
+        if isinstance(value, StaleHit):
+            if not value.revalidate:
+                return None  # within stale-if-error only: computed afresh, as a miss
+            # Served at once; one refresh collects the whole stream and replaces it.
+            with _own(freshness):  # the refresh's task starts here, with its settings
+                value = engine.serve_stale(key, value, recompute, inputs)
+    if value is MISS:
+        return None
+    try:
+        if type(value) is not list:
+            raise DecodeError("the stored decision is not a stream of chunks")
+        if rebuild is not None:
+            try:
+                value = [rebuild(chunk) for chunk in value]
+            except Exception as exc:
+                raise DecodeError(f"a stored chunk does not fit the chunk type: {exc!r}") from exc
+    except DecodeError as exc:
+        await engine.discard_corrupt(key, exc)
+        return None
+    return value, seconds
+
+
+async def _replay(engine: Engine, chunks: list[Any], seconds: float) -> AsyncGenerator[Any, None]:
+    engine.stats.stream_chunks += len(chunks)
+    step = seconds / len(chunks) if chunks and seconds > 0 else 0.0
+    due = time.perf_counter()
+    for chunk in chunks:
+        if step:
+            # Against the schedule, not chunk by chunk: late wake-ups do not add up.
+            due += step
+            ahead = due - time.perf_counter()
+            if ahead > 0:
+                await _sleep(ahead)
+        yield chunk
+
+
+async def _sleep(seconds: float) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # trio
+        import trio
+
+        await trio.sleep(seconds)
+        return
+    await asyncio.sleep(seconds)
+
+
+async def _bare(produce: Produce) -> AsyncGenerator[Any, None]:
+    """The generator's chunks, the generator closed on every way out."""
+    generator = produce()
+    try:
+        async for chunk in generator:
+            yield chunk
+    finally:
+        close = getattr(generator, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def _read(broadcast: Broadcast, reader: Reader) -> AsyncGenerator[Any, None]:
+    """The chunks of ``broadcast`` for ``reader``, live; its error after the chunks it had."""
+    try:
+        while True:
+            index = reader.position - broadcast.base
+            if index < len(broadcast.messages):
+                chunk = broadcast.messages[index]
+                broadcast.sent(reader)  # a generator paced by its readers may go on
+                if chunk is _END:
+                    return
+                # Each caller gets its own copy of a chunk the others hold too.
+                yield chunk if type(chunk) in _IMMUTABLE else copy_for_caller(chunk)
+                continue
+            if broadcast.ended:
+                if broadcast.error is not None:
+                    raise error_for_caller(broadcast.error, broadcast.traceback)
+                return
+            await broadcast.changed().wait()
+    finally:
+        broadcast.leave(reader)
+        if not broadcast.complete and not any(each.active for each in broadcast.readers):
+            # Nobody gets what the generator would produce next: stop it, store nothing.
+            broadcast.stop_keeping()  # and let nobody join a stream that is stopping
+            framing: ChunkFraming = broadcast.framing  # type: ignore[assignment]
+            if framing.abort is not None:
+                framing.abort()
+
+
+async def _lead(
+    engine: Engine,
+    key: bytes,
+    produce: Produce,
+    inputs: Any,
+    max_chunks: int,
+    *,
+    listed: bool,
+    freshness: Freshness | None = None,
+) -> AsyncGenerator[Any, None]:
+    """Start the stream's computation and read it as its first caller."""
+    framing = ChunkFraming()
+    # Past max_chunks chunks the stream stops being kept (the piece that ends a stream of
+    # exactly max_chunks comes after its decision was taken).
+    broadcast = framing.broadcast = Broadcast(
+        engine.max_entry_bytes, framing, joinable=listed, max_pieces=max_chunks
+    )
+    reader = broadcast.join(owner=True)
+
+    async def compute() -> Any:
+        return await _generate(engine, broadcast, produce)
+
+    with _own(freshness):  # the tasks started here store with the function's settings
+        _start(engine, key, broadcast, compute, inputs, listed=listed)
+    async with aclosing(_read(broadcast, reader)) as chunks:
+        async for chunk in chunks:
+            yield chunk
+    # The first caller's stream ends once what may be stored is stored, as a miss of a
+    # plain function returns after its add (its last chunk came as soon as it was made).
+    await broadcast.settled.wait()
+
+
+def _start(
+    engine: Engine,
+    key: bytes,
+    broadcast: Broadcast,
+    compute: Callable[[], Awaitable[Any]],
+    inputs: Any,
+    *,
+    listed: bool,
+) -> None:
+    """Start the stream's computation: a task that hands its decision to the readers."""
+    outcome: Awaitable[Any]
+    if listed and engine.flights.get(key) is None:
+        # Taken off before this caller first awaits, so that an identical caller that
+        # runs next finds the stream on the flight and reads it live.
+        engine.stats.misses += 1
+        outcome = _landed(engine.take_off(key, compute, inputs, stream=broadcast))
+    elif listed:
+        outcome = engine.miss(key, compute, inputs, stream=broadcast)  # a flight not shared live
+    elif engine.mode == "live" or engine.mode == "replay":
+        outcome = engine.compute(key, compute, inputs)  # coalesce=False
+    else:
+        outcome = engine.get_or_compute(key, compute, inputs)  # off, shadow, record
+    spawn(_run(engine, broadcast, outcome), _RUNNING)
+
+
+@contextmanager
+def _own(freshness: Freshness | None) -> Iterator[None]:
+    """The function's own freshness settings, for the tasks started (synchronously) within.
+
+    A task copies the context it is started in; the caller's own is left as it was.
+    """
+    if freshness is None:
+        yield
+        return
+    token = overridden.set(freshness)
+    try:
+        yield
+    finally:
+        overridden.reset(token)
+
+
+async def _landed(flight: Flight[Any]) -> Any:
+    await flight.done.wait()
+    return flight.outcome()
+
+
+async def _run(engine: Engine, broadcast: Broadcast, outcome: Awaitable[Any]) -> None:
+    """Wait for the stream's decision; hand what came without its generator to its readers."""
+    try:
+        value = await outcome
+        if not broadcast.complete and type(value) is list:
+            # The decision came without this generator: another caller's flight, or
+            # another process's stream adopted under its lease.
+            engine.stats.stream_chunks += len(value)
+            for chunk in value:
+                await broadcast.push(chunk)
+            await broadcast.push(_END)
+    except BaseException as exc:
+        # Not raised on: whoever reads the stream gets it (this task has no caller).
+        broadcast.fail(cancelled("the stream was stopped") if is_cancellation(exc) else exc)
+    finally:
+        broadcast.end()
+        broadcast.settled.set()
+
+
+async def _generate(engine: Engine, broadcast: Broadcast, produce: Produce) -> Any:
+    """Run the generator into ``broadcast``; its chunks are the decision, when kept."""
+    framing: ChunkFraming = broadcast.framing  # type: ignore[assignment]
+    stats = engine.stats
+    async with _Abortable(framing) as stopping:
+        async with aclosing(_bare(produce)) as chunks:
+            async for chunk in chunks:
+                stats.stream_chunks += 1
+                await broadcast.push(chunk, chunk_bytes(chunk))
+    if stopping.stopped:
+        raise OSError("nobody reads the stream any more")  # trio: the scope caught it
+    kept = broadcast.keep
+    decision = list(broadcast.messages) if kept else None
+    await broadcast.push(_END)
+    if not kept:
+        stats.too_large += 1  # its readers got all of it; it was too long to keep
+        return Unshared(None)
+    return decision
+
+
+class _Abortable:
+    """Lets the last reader that leaves stop the generator: cancels the flight's task
+    (asyncio) or a scope around the generator (trio)."""
+
+    def __init__(self, framing: ChunkFraming) -> None:
+        self._framing = framing
+        self._scope: Any = None
+        self.stopped = False
+
+    async def __aenter__(self) -> _Abortable:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        if task is not None:
+            self._framing.abort = task.cancel
+            return self
+        import trio
+
+        self._scope = trio.CancelScope()
+        self._scope.__enter__()
+        self._framing.abort = self._scope.cancel
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool:
+        self._framing.abort = None
+        if self._scope is None:
+            return False
+        suppressed = bool(self._scope.__exit__(*exc_info))
+        self.stopped = self._scope.cancelled_caught
+        return suppressed
+
+
+def chunk_bytes(chunk: Any) -> int:
+    """About how many bytes ``chunk`` adds to a stored stream (the in-flight memory bound)."""
+    kind = type(chunk)
+    if kind is str or kind is bytes:
+        return len(chunk)
+    nbytes = getattr(chunk, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes  # a NumPy array
+    try:
+        return len(
+            orjson.dumps(
+                chunk, default=_plain, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+            )
+        )
+    except (TypeError, orjson.JSONEncodeError):
+        return 64
+
+
+def _plain(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)  # a pydantic model
+    if dump is not None:
+        return dump(mode="json")
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return len(obj) * "x"
+    return repr(obj)

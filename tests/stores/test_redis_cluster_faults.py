@@ -1,0 +1,254 @@
+"""A Redis Cluster primary that stalls (or fails over) costs only its own keys.
+
+Each test starts a cluster of three real redis-server primaries of its own and
+stops one with SIGSTOP (as a hung host, a long fork or a swap storm would):
+the gets for keys on the other primaries must still be hits, through the store
+and through the cache, and the cache's guard must not skip the whole cluster
+for one node's faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from asyncache import DecisionCache, cached_prediction
+from asyncache.errors import StoreError
+
+from ..servers import RedisCluster as Servers
+from ..servers import RedisServer, send_command, start_cluster
+from ..support import IN_CI, require_binary
+
+try:
+    from redis.asyncio.cluster import RedisCluster
+    from redis.cluster import key_slot  # type: ignore[attr-defined]
+
+    from asyncache.stores.redis import RedisStore
+except ImportError:  # pragma: no cover - depends on the environment
+    if IN_CI:
+        raise
+    pytest.skip("redis-py is not installed", allow_module_level=True)
+
+PREFIX = "faults:"
+# Short, so that a stalled node's reads end soon; the engine's bound is longer,
+# so that what a test sees is the store's own per-node accounting.
+SOCKET_TIMEOUT = 0.5
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Servers]:
+    """Three cluster primaries of this test's own, which it may stop and continue."""
+    cluster = start_cluster(
+        require_binary("redis-server"), require_binary("redis-cli"), tmp_path / "cluster"
+    )
+    try:
+        yield cluster
+    finally:
+        for node in cluster.nodes:
+            if node.process is not None and node.process.poll() is None:
+                os.kill(node.process.pid, signal.SIGCONT)
+        cluster.stop()
+
+
+@pytest.fixture
+async def store(servers: Servers) -> AsyncIterator[RedisStore]:
+    opened = RedisStore.from_url(
+        f"{servers.url}?socket_timeout={SOCKET_TIMEOUT}&socket_connect_timeout=5", prefix=PREFIX
+    )
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+def stopped(node: RedisServer) -> _Stopped:
+    return _Stopped(node)
+
+
+class _Stopped:
+    """SIGSTOP ``node`` inside the block, SIGCONT after."""
+
+    def __init__(self, node: RedisServer) -> None:
+        assert node.process is not None
+        self.pid = node.process.pid
+
+    def __enter__(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def __exit__(self, *exc_info: object) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+async def split_by_node(
+    store: RedisStore, keys: list[bytes], node: RedisServer
+) -> tuple[list[bytes], list[bytes]]:
+    """``keys`` on ``node`` and on the other primaries, by the client's own slot map."""
+    client = store.client
+    assert isinstance(client, RedisCluster)
+    await client.initialize()
+    on, off = [], []
+    for k in keys:
+        owner = client.nodes_manager.get_node_from_slot(key_slot(PREFIX.encode() + k))
+        (on if owner.port == node.port else off).append(k)
+    assert on and off
+    return on, off
+
+
+KEYS = [b"%016d" % n for n in range(310)]
+
+
+async def test_gathered_gets_fail_only_for_the_stalled_node(
+    servers: Servers, store: RedisStore
+) -> None:
+    await store.add_many([(k, b"v" + k, None) for k in KEYS])
+    victim = servers.nodes[0]
+    on, off = await split_by_node(store, KEYS, victim)
+    with stopped(victim):
+        results = await asyncio.gather(*(store.get(k) for k in KEYS), return_exceptions=True)
+        many = await store.get_many(KEYS)
+    got = dict(zip(KEYS, results, strict=True))
+    healthy_hits = [k for k in off if not isinstance(got[k], BaseException)]
+    assert len(healthy_hits) == len(off)  # every key on a running primary is a hit
+    assert all(got[k].value == b"v" + k for k in off)  # type: ignore[union-attr]
+    for k in on:
+        error = got[k]
+        assert isinstance(error, StoreError)
+        assert error.shard == f"127.0.0.1:{victim.port}"
+    # get_many likewise: the stalled node's keys are misses, the others hits.
+    found = dict(zip(KEYS, many, strict=True))
+    assert all(found[k] is not None for k in off)
+    assert all(found[k] is None for k in on)
+    assert store.stats()["node_misses"] == len(on)
+
+
+async def test_a_timed_out_command_is_not_retried(servers: Servers, store: RedisStore) -> None:
+    victim = servers.nodes[1]
+    # A lease lives under "lease:" + the key: pick one whose lease is on the victim.
+    on, _ = await split_by_node(store, [b"lease:" + k for k in KEYS], victim)
+    client = store.client
+    assert isinstance(client, RedisCluster)
+    attempts: list[str] = []
+    send = client._execute_command
+
+    async def counted(node: Any, *args: Any, **kwargs: Any) -> Any:
+        attempts.append(node.name)
+        return await send(node, *args, **kwargs)
+
+    client._execute_command = counted  # type: ignore[method-assign]
+    with stopped(victim), pytest.raises(StoreError, match="Timeout"):
+        await store.acquire_lease(on[0].removeprefix(b"lease:"), b"token", 30)
+    # One attempt: a slow server stays slow (the driver's default was three).
+    assert attempts == [f"127.0.0.1:{victim.port}"]
+
+
+async def test_the_cache_keeps_hitting_the_healthy_primaries(
+    servers: Servers, store: RedisStore
+) -> None:
+    cache = DecisionCache(store, store_timeout=5.0, failure_threshold=5)
+    runs: list[int] = []
+
+    @cached_prediction(cache)
+    async def predict(n: int) -> int:
+        runs.append(n)
+        return n * 2
+
+    numbers = list(range(310))
+    assert await asyncio.gather(*(predict(n) for n in numbers)) == [n * 2 for n in numbers]
+    assert len(runs) == 310
+    stored_keys = [predict.key(n) for n in numbers]
+    victim = servers.nodes[2]
+    on, _ = await split_by_node(store, stored_keys, victim)
+    with stopped(victim):
+        for _round in range(3):
+            runs.clear()
+            answers = await asyncio.gather(*(predict(n) for n in numbers))
+            assert answers == [n * 2 for n in numbers]
+            # Only the keys on the stalled primary are computed again, every round:
+            # its failures never make the guard skip the whole cluster.
+            assert len(runs) == len(on)
+    assert cache.stats()["errors"] >= len(on)
+
+
+def _master_of(port: int, node_port: int) -> bool:
+    """Whether the node on ``node_port`` is a master that is not failing, as ``port`` sees it."""
+    nodes = send_command(port, "CLUSTER", "NODES").decode()
+    for line in nodes.splitlines():
+        fields = line.split()
+        if fields[1].split("@")[0].endswith(f":{node_port}"):
+            flags = fields[2]
+            return "master" in flags and "fail" not in flags
+    return False
+
+
+async def test_a_failover_costs_only_the_lost_primarys_keys_and_is_followed(
+    tmp_path: Path,
+) -> None:
+    cluster = start_cluster(
+        require_binary("redis-server"),
+        require_binary("redis-cli"),
+        tmp_path / "cluster",
+        replicas=1,
+        # Without it Redis itself refuses every key (CLUSTERDOWN) from the moment the
+        # lost primary is marked failed until its replica is promoted.
+        extra_args=["--cluster-require-full-coverage", "no"],
+    )
+    store = RedisStore.from_url(
+        f"{cluster.url}?socket_timeout=0.5&socket_connect_timeout=0.5", prefix=PREFIX
+    )
+    try:
+        keys = KEYS[:60]
+        await store.add_many([(k, b"v" + k, None) for k in keys])
+        client = store.client
+        assert isinstance(client, RedisCluster)
+        primaries = {node.port for node in client.get_primaries()}
+        victim = next(node for node in cluster.nodes if node.port in primaries)
+        on, off = await split_by_node(store, keys, victim)
+        replica = next(
+            node
+            for node in cluster.nodes
+            if node.port not in primaries and _replica_of(node, victim)
+        )
+        # The replica holds every key before its primary dies (replication is asynchronous).
+        await _until_async(lambda: send_command(replica.port, "DBSIZE") == str(len(on)).encode())
+        victim.kill()
+        healthy_errors: list[str] = []
+        promoted_at: float | None = None
+        deadline = time.monotonic() + 60  # a hang guard, never a timing assertion
+        while True:
+            assert time.monotonic() < deadline, "the failover was never followed"
+            got = await asyncio.gather(*(store.get(k) for k in on + off), return_exceptions=True)
+            healthy_errors += [str(g) for g in got[len(on) :] if isinstance(g, BaseException)]
+            if promoted_at is None and _master_of(replica.port, replica.port):
+                promoted_at = time.monotonic()
+            if all(not isinstance(g, BaseException) and g is not None for g in got[: len(on)]):
+                break
+            await asyncio.sleep(0.05)
+        assert promoted_at is not None
+        followed_after = time.monotonic() - promoted_at
+        # The other primaries' keys hit through the whole failover.
+        assert healthy_errors == []
+        # The lost primary's keys came back from its promoted replica: the client
+        # learned the new topology (its slots) by itself.
+        assert followed_after < 5.0, followed_after
+    finally:
+        await store.aclose()
+        cluster.stop()
+
+
+def _replica_of(node: RedisServer, primary: RedisServer) -> bool:
+    info = send_command(node.port, "INFO", "replication").decode()
+    return f"master_port:{primary.port}" in info
+
+
+async def _until_async(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 60  # a hang guard
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.05)
