@@ -14,7 +14,16 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mappin
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
 from .codec import Decoded, normalize_secret
-from .engine import MISS, AdmitHook, Engine, Fingerprint, StoreGuard, TtlHook, get_or_compute_many
+from .engine import (
+    MISS,
+    AdmitHook,
+    Engine,
+    Fingerprint,
+    Freshness,
+    StoreGuard,
+    TtlHook,
+    get_or_compute_many,
+)
 from .errors import ConfigurationError
 from .keys import KeyBuilder
 from .stats import CacheStats, RateLimitedLog
@@ -122,6 +131,18 @@ class DecisionCache:
             why: not recorded, signature does not match, corrupt, expired) for
             a call it holds no usable decision for. Every door (single calls,
             ``.many()``, micro-batching, the middleware) obeys it.
+        stale_while_revalidate: seconds after an entry's ttl during which a
+            lookup returns it at once and starts one refresh (one per process;
+            one per fleet with ``leases``). See the Freshness page.
+        stale_if_error: seconds after that during which a computation that
+            raises (``TimeoutError`` included) returns the stored decision.
+        jitter: a fraction in ``[0, 1)``: each stored ttl is drawn uniformly
+            from ``[ttl * (1 - jitter), ttl]``, so entries stored together
+            do not all expire together.
+        cache_errors: exception types a computation may raise that are
+            remembered for ``error_ttl`` seconds: within it, callers get the
+            same type and message again without running the model.
+        error_ttl: seconds a cached error lives.
 
     Attributes:
         engine: the one hit/miss path every door takes (``asyncache.engine._engine``).
@@ -171,6 +192,11 @@ class DecisionCache:
         on_mismatch: MismatchHook | None = None,
         audit_concurrency: int = 4,
         mode: Mode = "live",
+        stale_while_revalidate: float = 0.0,
+        stale_if_error: float = 0.0,
+        jitter: float = 0.0,
+        cache_errors: tuple[type[BaseException], ...] = (),
+        error_ttl: float = 5.0,
     ) -> None:
         if isinstance(ttl, int | float) and not isinstance(ttl, bool):
             ttl = float(ttl)
@@ -187,6 +213,13 @@ class DecisionCache:
             raise ValueError(f"store_wait must be zero or a positive number, got {store_wait!r}")
         if not 0.0 <= audit_rate <= 1.0:
             raise ValueError(f"audit_rate must be between 0 and 1, got {audit_rate!r}")
+        freshness = Freshness.checked(
+            stale_while_revalidate=stale_while_revalidate,
+            stale_if_error=stale_if_error,
+            jitter=jitter,
+            cache_errors=cache_errors,
+            error_ttl=error_ttl,
+        )
         chosen: DecisionStore = MemoryStore() if store is None else store
         stats = CacheStats()
         log = RateLimitedLog(logger)
@@ -212,6 +245,7 @@ class DecisionCache:
         self.admit = admit
         self.max_entry_bytes = max_entry_bytes
         self.engine.decode_cap = max_decoded_bytes
+        self.engine.freshness = freshness
         self.max_background = max_background
         self._mode: Mode = mode
         self.enabled = enabled
@@ -235,6 +269,21 @@ class DecisionCache:
         self.lease_ttl = lease_ttl
         self.store_wait = store_wait
         self.use_store(chosen)
+
+    @property
+    def freshness(self) -> Freshness:
+        """The stale windows, jitter and cached errors, as one value (``Freshness``)."""
+        return self.engine.freshness
+
+    @property
+    def stale_while_revalidate(self) -> float:
+        """Seconds after the ttl a stale decision is served while one refresh runs."""
+        return self.engine.freshness.stale_while_revalidate
+
+    @property
+    def stale_if_error(self) -> float:
+        """Seconds after that a stale decision answers a failed computation."""
+        return self.engine.freshness.stale_if_error
 
     @property
     def mode(self) -> Mode:

@@ -4,7 +4,12 @@ Layout: one header byte, then (when a secret is set) a 16-byte keyed BLAKE2b
 tag over the cache key, the header and the body, then the body. The body is
 orjson of ``{"v": result, "t": ttl, "c": created_at, "d": compute_seconds}``,
 with ``"n": namespace`` when the cache that wrote it has a namespace (what
-``asyncache copy --namespace`` selects by), zlib-compressed when that is smaller.
+``asyncache copy --namespace`` selects by), ``"w": [stale_while_revalidate,
+stale_if_error]`` when the entry is kept past its ttl (see
+``asyncache.engine._freshness``), and ``"x": [exception type, message]`` for a
+cached error (``"v"`` is then ``null``), zlib-compressed when that is smaller.
+Envelopes without ``"w"`` or ``"x"`` (older versions wrote none) read as a
+decision that is fresh until its store expiry.
 
 Header bits: the high nibble is the format (1); bit 0 says zlib; bit 1 says a
 tag follows; bit 2 says the result holds tagged values (NumPy arrays, bytes,
@@ -69,6 +74,17 @@ class Decoded(NamedTuple):
     ttl: float | None
     created_at: float
     compute_seconds: float
+    stale_while_revalidate: float = 0.0
+    """Seconds the store keeps the entry past its ttl to serve it while one refresh runs."""
+    stale_if_error: float = 0.0
+    """Seconds past that (the entry's last window) it is served only when a computation fails."""
+    error: tuple[str, str] | None = None
+    """A cached error: its exception type's ``module.qualname`` and its message."""
+
+    @property
+    def windows(self) -> float:
+        """Seconds the entry is kept past its ttl: both stale windows together."""
+        return self.stale_while_revalidate + self.stale_if_error
 
 
 class _NeedsTags(Exception):
@@ -180,8 +196,14 @@ def encode(
     key: bytes,
     secret: bytes | None = None,
     namespace: str | None = None,
+    windows: tuple[float, float] | None = None,
+    error: tuple[str, str] | None = None,
 ) -> bytes:
     """Encode one decision into the envelope (``namespace``, when given, as ``"n"``).
+
+    ``windows`` (stale-while-revalidate and stale-if-error seconds, when either
+    is not zero) is written as ``"w"``; ``error`` (a cached exception's type
+    name and message, ``result`` being ``None``) as ``"x"``.
 
     Raises:
         TypeError: ``result`` holds a value that cannot be stored exactly.
@@ -190,6 +212,10 @@ def encode(
     envelope = {"v": result, "t": ttl, "c": created_at, "d": compute_seconds}
     if namespace is not None:
         envelope["n"] = namespace
+    if windows is not None and (windows[0] or windows[1]):
+        envelope["w"] = list(windows)
+    if error is not None:
+        envelope["x"] = list(error)
     try:
         body = orjson.dumps(envelope, default=_refuse)
         # orjson writes NaN and the infinities as null: those results need tags. A ttl
@@ -334,8 +360,18 @@ def decode(
     """
     envelope = decode_envelope(value, key=key, secret=secret, max_size=max_size)
     try:
-        return Decoded(envelope["v"], envelope["t"], envelope["c"], envelope["d"])
-    except (KeyError, TypeError) as exc:
+        decoded = Decoded(envelope["v"], envelope["t"], envelope["c"], envelope["d"])
+        windows = envelope.get("w")
+        error = envelope.get("x")
+        if windows is None and error is None:
+            return decoded  # every envelope older versions wrote, and most of ours
+        revalidate, if_error = (0.0, 0.0) if windows is None else windows
+        return decoded._replace(
+            stale_while_revalidate=float(revalidate),
+            stale_if_error=float(if_error),
+            error=None if error is None else (str(error[0]), str(error[1])),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
         raise DecodeError(f"corrupt value: {exc!r}") from None
 
 

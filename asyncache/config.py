@@ -52,6 +52,29 @@ ENVIRONMENT: tuple[Setting, ...] = (
     Setting("COALESCE", "coalesce", "bool", "true", "identical misses share one computation"),
     Setting("COALESCE_TIMEOUT", "coalesce_timeout", "seconds", "300", "longest wait on a flight"),
     Setting(
+        "STALE_WHILE_REVALIDATE",
+        "stale_while_revalidate",
+        "seconds",
+        "0",
+        "after the ttl: served at once while one refresh runs",
+    ),
+    Setting(
+        "STALE_IF_ERROR",
+        "stale_if_error",
+        "seconds",
+        "0",
+        "after that: served when a computation fails",
+    ),
+    Setting("JITTER", "jitter", "float", "0", "fraction: ttls drawn from [ttl*(1-j), ttl]"),
+    Setting(
+        "CACHE_ERRORS",
+        "cache_errors",
+        "errors",
+        "",
+        "exception types remembered (comma-separated, module.Name)",
+    ),
+    Setting("ERROR_TTL", "error_ttl", "seconds", "5.0", "seconds a cached error is raised"),
+    Setting(
         "MODE",
         "mode",
         "mode",
@@ -82,6 +105,9 @@ def _parse(setting: Setting, name: str, raw: str) -> Any:
         if text.lower() in _FALSE:
             return False
         raise ConfigurationError(f"{name}={raw!r}: expected true or false")
+    if setting.kind == "errors":
+        names = [part.strip() for part in text.split(",")]
+        return tuple(_exception_type(name, dotted) for dotted in names if dotted)
     if setting.kind == "seconds" and text.lower() in ("none", ""):
         return None
     try:
@@ -91,6 +117,21 @@ def _parse(setting: Setting, name: str, raw: str) -> Any:
     if setting.kind == "int" and number <= 0:
         raise ConfigurationError(f"{name}={raw!r}: expected a positive number")
     return number
+
+
+def _exception_type(variable: str, dotted: str) -> type[BaseException]:
+    """The exception type ``dotted`` names (``module.Name``; a builtin by its bare name)."""
+    import builtins
+    import importlib
+
+    module_name, _, name = dotted.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name) if module_name else builtins, name)
+    except (ImportError, AttributeError):
+        raise ConfigurationError(f"{variable}: no exception type {dotted!r}") from None
+    if not (isinstance(found, type) and issubclass(found, Exception)):
+        raise ConfigurationError(f"{variable}: {dotted!r} is not an Exception subclass")
+    return found
 
 
 def settings_from_env(

@@ -36,6 +36,12 @@ COUNTER_MEANINGS: dict[str, str] = {
     "shadow_would_hit": "Shadow-mode calls that the stored decision would have answered.",
     "shadow_agreed": "Shadow-mode would-be hits that agreed with the fresh decision.",
     "shadow_mismatched": "Shadow-mode would-be hits that disagreed with the fresh decision.",
+    "stale_hits": "Hits served past their ttl, within stale_while_revalidate, while a refresh ran.",
+    "refreshes": "Refreshes of stale entries started (one per key at a time in a process).",
+    "refresh_failures": "Refreshes whose computation failed (the stale entry kept serving).",
+    "stale_if_error_hits": "Failed computations answered with a stale decision (stale_if_error).",
+    "error_hits": "Calls answered by raising a cached error again (cache_errors, error_ttl).",
+    "passes": "Requests sent straight to the app because their key was uncacheable (pass_ttl).",
     "compute_seconds_saved": "Compute seconds hits saved (each hit adds its entry's compute time).",
     "streams": "Calls of streamed predictions (async generators), hits and misses alike.",
     "stream_chunks": "Chunks streamed to callers' flights or replayed from the store.",
@@ -69,6 +75,12 @@ _COUNTERS = (
     "shadow_would_hit",
     "shadow_agreed",
     "shadow_mismatched",
+    "stale_hits",
+    "refreshes",
+    "refresh_failures",
+    "stale_if_error_hits",
+    "error_hits",
+    "passes",
     "streams",
     "stream_chunks",
 )
@@ -105,6 +117,12 @@ class CacheStats:
     shadow_would_hit: int
     shadow_agreed: int
     shadow_mismatched: int
+    stale_hits: int
+    refreshes: int
+    refresh_failures: int
+    stale_if_error_hits: int
+    error_hits: int
+    passes: int
     streams: int
     stream_chunks: int
     compute_seconds_saved: float

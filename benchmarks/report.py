@@ -56,6 +56,11 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("fleet_watch", "A fleet you can watch: replicas behind HAProxy through Redis faults"),
     ("capacity", "Capacity: what a decision costs Redis and SQLite"),
     ("load_client", "The demo's load client beside wrk, on one server's hits"),
+    (
+        "freshness",
+        "Freshness: a hot key at its expiry across processes, with and without "
+        "stale-while-revalidate",
+    ),
     ("faults", "Faults: a stalled cluster primary, a killed lease owner"),
     ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
 )

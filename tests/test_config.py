@@ -91,8 +91,34 @@ def test_unset_variables_take_their_defaults() -> None:
         "store_wait": 0.0,
         "coalesce": True,
         "coalesce_timeout": 300.0,
+        "stale_while_revalidate": 0.0,
+        "stale_if_error": 0.0,
+        "jitter": 0.0,
+        "cache_errors": (),
+        "error_ttl": 5.0,
         "mode": "live",
     }
+
+
+def test_freshness_settings_from_env() -> None:
+    options = settings_from_env(
+        {
+            "ASYNCACHE_STALE_WHILE_REVALIDATE": "30",
+            "ASYNCACHE_STALE_IF_ERROR": "600",
+            "ASYNCACHE_JITTER": "0.1",
+            "ASYNCACHE_CACHE_ERRORS": "ValueError, asyncio.TimeoutError",
+            "ASYNCACHE_ERROR_TTL": "2.5",
+        }
+    )
+    assert options["stale_while_revalidate"] == 30.0
+    assert options["stale_if_error"] == 600.0
+    assert options["jitter"] == 0.1
+    assert options["cache_errors"] == (ValueError, TimeoutError)
+    assert options["error_ttl"] == 2.5
+    cache = DecisionCache.from_env({"ASYNCACHE_STALE_WHILE_REVALIDATE": "30"})
+    assert cache.stale_while_revalidate == 30.0
+    with pytest.raises(ConfigurationError, match="no exception type"):
+        settings_from_env({"ASYNCACHE_CACHE_ERRORS": "builtins.NoSuchError"})
 
 
 def test_store_wait_is_read_and_reaches_the_cache() -> None:

@@ -50,6 +50,19 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {
+    # Freshness beyond a ttl (issue 24).
+    "freshness.py": Check(
+        stdout=(
+            r"^great film: positive \(run 1\)$",
+            r"^stale answers: \{'great film: positive \(run 1\)'\} model runs: 2$",
+            r"^refreshed: great film: positive \(run 2\)$",
+            r"^model down, stale if error: great film: positive \(run 2\)$",
+            r"^cached error: empty input model runs: 4$",
+            r"^cached error: empty input model runs: 4$",
+            r"^\{'stale_hits': 100, 'refreshes': 1, 'stale_if_error_hits': 1\}$",
+            r"^error hits: 1$",
+        ),
+    ),
     # Fleet features (issue 6): leases, audit and shadow mode, warming, Prometheus.
     "leases.py": Check(
         stdout=(

@@ -28,6 +28,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from ..engine import Freshness, overridden
 from ..errors import DecodeError, OffloadError, ReplayMiss
 from ._returns import rebuild_each
 
@@ -65,9 +66,11 @@ class Batched(Generic[B]):
         key: Callable[[Any], Any] | None,
         scope: Callable[[Any], Any] | None,
         rebuild: Callable[[Any], Any] | None = None,
+        freshness: Freshness | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         self._rebuild = rebuild
+        self._freshness = freshness
         self.cache = cache
         self.namespace = namespace
         self.batcher = batcher
@@ -113,6 +116,8 @@ class Batched(Generic[B]):
         return [rebuild(value) for value in await self._values(listed, keys, single)]
 
     async def _values(self, listed: list[Any], keys: list[bytes], single: bool) -> list[Any]:
+        # The function's own freshness settings, for what this call computes and stores.
+        token = None if self._freshness is None else overridden.set(self._freshness)
         try:
             if single:
                 submit, item = self.batcher.submit, listed[0]
@@ -125,6 +130,9 @@ class Batched(Generic[B]):
             return await self.cache.get_or_compute_many(keys, compute, listed)
         except ReplayMiss as miss:
             raise miss.named(self.namespace) from None
+        finally:
+            if token is not None:
+                overridden.reset(token)
 
     async def uncached(self, item: Any, /) -> Any:
         results = await self.batcher.run_many([item])
@@ -390,6 +398,7 @@ def batched_prediction(
     max_concurrent_batches: int | None = None,
     encode: Callable[[Any], Any] | None = None,
     rebuild: Callable[[Any], Any] | None = None,
+    freshness: Freshness | None = None,
 ) -> BatchedPrediction[Any, Any]:
     """Wrap a batch function so single-item callers share forward passes.
 
@@ -439,7 +448,7 @@ def batched_prediction(
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__  # callable objects too
     name = namespace or f"{fn.__module__}.{qualname}"
     key_of = cache.key_builder(name, fingerprint).key
-    return Batched(fn, cache, batcher, key_of, name, key, scope, rebuild)
+    return Batched(fn, cache, batcher, key_of, name, key, scope, rebuild, freshness)
 
 
 def _encoded(encode: Callable[[Any], Any], result: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import (
 )
 
 from ..cache import DecisionCache
-from ..engine import MISS
+from ..engine import MISS, Freshness, overridden
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
 from ..stores import entries_of
@@ -158,6 +158,11 @@ def cached_prediction(
     max_batch_size: int = ...,
     max_wait_ms: float = ...,
     max_concurrent_batches: int | None = ...,
+    stale_while_revalidate: float | None = ...,
+    stale_if_error: float | None = ...,
+    jitter: float | None = ...,
+    cache_errors: tuple[type[BaseException], ...] | None = ...,
+    error_ttl: float | None = ...,
 ) -> Callable[[Callable[[list[Any]], Any]], BatchedPrediction[Any, Any]]: ...
 
 
@@ -173,6 +178,11 @@ def cached_prediction(
     offload: None = ...,
     encode: Callable[[Any], Any] | None = ...,
     decode: Callable[[Any], Any] | None = ...,
+    stale_while_revalidate: float | None = ...,
+    stale_if_error: float | None = ...,
+    jitter: float | None = ...,
+    cache_errors: tuple[type[BaseException], ...] | None = ...,
+    error_ttl: float | None = ...,
     pace: bool = ...,
     max_chunks: int = ...,
 ) -> Decorator: ...
@@ -190,6 +200,11 @@ def cached_prediction(
     offload: str | Offload,
     encode: Callable[[Any], Any] | None = ...,
     decode: Callable[[Any], Any] | None = ...,
+    stale_while_revalidate: float | None = ...,
+    stale_if_error: float | None = ...,
+    jitter: float | None = ...,
+    cache_errors: tuple[type[BaseException], ...] | None = ...,
+    error_ttl: float | None = ...,
 ) -> Callable[[Callable[P, R]], CachedPrediction[P, R]]: ...
 
 
@@ -208,6 +223,11 @@ def cached_prediction(
     max_batch_size: int = 64,
     max_wait_ms: float = 5.0,
     max_concurrent_batches: int | None = None,
+    stale_while_revalidate: float | None = None,
+    stale_if_error: float | None = None,
+    jitter: float | None = None,
+    cache_errors: tuple[type[BaseException], ...] | None = None,
+    error_ttl: float | None = None,
     pace: bool = False,
     max_chunks: int = 10_000,
 ) -> Callable[[Callable[P, Any]], Any]:
@@ -256,6 +276,13 @@ def cached_prediction(
         max_wait_ms: with ``batch``, the longest a miss waits for others.
         max_concurrent_batches: with ``batch``, batches running at once;
             the offload's ``max_workers`` by default.
+        stale_while_revalidate: this function's own window (the cache's when
+            ``None``): seconds after the ttl a stale decision is served while
+            one refresh runs.
+        stale_if_error: this function's own stale-if-error window.
+        jitter: this function's own ttl jitter (a fraction).
+        cache_errors: exception types of this function that are remembered.
+        error_ttl: seconds this function's cached errors live.
         pace: on a streamed result (an async generator), replay a hit over the
             time the stream took to produce, spread evenly, instead of at once.
         max_chunks: on a streamed result, past this many chunks the stream is
@@ -269,6 +296,14 @@ def cached_prediction(
     """
     if encode is not None and decode is None:
         raise ValueError("encode= needs decode=, which turns what encode returned back")
+    policy = _own_freshness(
+        cache,
+        stale_while_revalidate=stale_while_revalidate,
+        stale_if_error=stale_if_error,
+        jitter=jitter,
+        cache_errors=cache_errors,
+        error_ttl=error_ttl,
+    )
     if batch:
         if ignore:
             raise ValueError("ignore= does not apply with batch=True: use key=lambda item: ...")
@@ -289,6 +324,7 @@ def cached_prediction(
                 max_concurrent_batches=max_concurrent_batches,
                 encode=encode,
                 rebuild=rebuild,
+                freshness=policy,
             )
 
         return decorate_batch
@@ -323,7 +359,7 @@ def cached_prediction(
         binder: Binder[P] = Binder(fn, ignore)
         name = namespace or f"{fn.__module__}.{fn.__qualname__}"
         builder = cache.key_builder(name, fingerprint)
-        wrapper = _wrap(fn, cache, binder, run, name, key, scope, builder)
+        wrapper = _wrap(fn, cache, binder, run, name, key, scope, builder, policy)
 
         def make_key(*args: Any, **kwargs: Any) -> bytes:
             inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
@@ -368,6 +404,7 @@ def cached_prediction(
             rebuild=rebuild,
             awaited=awaited,
             pace=pace,
+            freshness=policy,
             max_chunks=max_chunks,
         )
 
@@ -395,16 +432,22 @@ def _wrap(
     key: Callable[..., Any] | None,
     scope: Callable[..., Any] | None,
     builder: KeyBuilder,
+    policy: Freshness | None,
 ) -> Callable[..., Awaitable[Any]]:
     """The cached function: the hit path without another coroutine, the rest in the engine."""
     get_or_compute = cache.engine.get_or_compute
     hit_now = cache.engine.hit_now
 
     async def compute(cache_key: bytes, inputs: Any, args: Any, kwargs: Any) -> Any:
+        # The function's own freshness settings, for the flight this call may start.
+        token = None if policy is None else overridden.set(policy)
         try:
             return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
         except ReplayMiss as miss:
             raise miss.named(name) from None  # the engine knows the key, not the function
+        finally:
+            if token is not None:
+                overridden.reset(token)
 
     if key is None and scope is None:
         make = binder.make if binder.make is not None else dict
@@ -442,6 +485,22 @@ def _wrap(
                 return await compute(cache_key, inputs, args, kwargs)
 
     return wrapper
+
+
+def _own_freshness(cache: DecisionCache, **given: Any) -> Freshness | None:
+    """A function's freshness settings: the cache's with those it gives, or ``None``.
+
+    Raises:
+        ValueError, TypeError: as ``DecisionCache`` for the same settings.
+    """
+    chosen = {name: value for name, value in given.items() if value is not None}
+    if not chosen:
+        return None
+    policy = Freshness.checked(**{**cache.freshness._asdict(), **chosen})
+    engine = cache.engine
+    # Its cached errors must read back as themselves wherever the cache meets them.
+    engine.more_errors += tuple(t for t in policy.cache_errors if t not in engine.revivable)
+    return policy
 
 
 def _typed(

@@ -18,7 +18,7 @@ from contextlib import aclosing
 from typing import Any
 
 from ..cache import DecisionCache
-from ..engine import cached_stream
+from ..engine import Freshness, cached_stream
 from ..errors import ReplayMiss
 from ..keys import KeyBuilder
 from ._binding import Binder
@@ -41,6 +41,7 @@ def streamed(
     awaited: bool,
     pace: bool,
     max_chunks: int,
+    freshness: Freshness | None = None,
 ) -> Callable[..., Any]:
     """The cached form of a streaming ``fn``: it streams as ``fn`` does.
 
@@ -51,6 +52,7 @@ def streamed(
         rebuild: turns each chunk, fresh or stored, into the declared chunk type.
         pace: replay hits over the time their stream took to produce.
         max_chunks: past this many chunks a stream is not stored.
+        freshness: the function's own freshness settings (the cache's when ``None``).
     """
     engine = cache.engine
 
@@ -78,6 +80,7 @@ def streamed(
             rebuild=rebuild,
             pace=pace,
             max_chunks=max_chunks,
+            freshness=freshness,
         )
         try:
             async with aclosing(flow):

@@ -9,6 +9,8 @@ here, never from its underscore modules. Its modules:
 - ``_many``: the same path for many keys at once (``.many()``, micro-batches);
 - ``_streams``: the same path for a streamed decision (chunks shared live on its flight);
 - ``_flights``: the one coalescing table (a flight per missed key);
+- ``_freshness``: fresh, stale-while-revalidate, stale-if-error, gone; jitter
+  and cached errors;
 - ``_guard``: the store guard (timeouts, failure counting, cool-down) and the
   shared deadlines of one call;
 - ``_leases``: one computation per fleet, through the store's leases;
@@ -33,6 +35,7 @@ from ._engine import (
     replay_miss,
 )
 from ._flights import Flight, error_for_caller
+from ._freshness import Freshness, StaleHit, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
 from ._many import get_or_compute_many
@@ -61,10 +64,12 @@ __all__ = [
     "Flight",
     "Framing",
     "Fresh",
+    "Freshness",
     "Leases",
     "MismatchHook",
     "Reader",
     "Source",
+    "StaleHit",
     "StoreGuard",
     "TtlHook",
     "Unshared",
@@ -77,6 +82,7 @@ __all__ = [
     "is_cancellation",
     "lease_store",
     "new_event",
+    "overridden",
     "replay_miss",
     "spawn",
     "wait_for",

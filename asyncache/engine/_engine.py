@@ -49,6 +49,7 @@ from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
+from ._freshness import ErrorHit, Freshness, StaleHit, error_name, overridden, revive_error
 from ._guard import StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
@@ -82,8 +83,9 @@ Mode = Literal["live", "shadow", "record", "replay", "off"]
 MISS: Any = object()
 Source = Callable[[str], None]
 """``source(where)``: told where a caller's answer came from when it did not compute it:
-``"hit"`` (the store), ``"shared"`` (another caller's flight) or ``"adopted"`` (another
-process's decision, waited for under a lease)."""
+``"hit"`` (the store), ``"stale"`` (the store, past its ttl, while a refresh runs),
+``"shared"`` (another caller's flight) or ``"adopted"`` (another process's decision,
+waited for under a lease)."""
 
 
 class Unshared(Generic[T]):
@@ -172,6 +174,10 @@ class Engine:
         self.ttl: float | TtlHook | None = None
         self.admit: AdmitHook | None = None
         self.renew_on_hit = False
+        # Stale windows, jitter and cached errors (asyncache.engine._freshness).
+        self.freshness = Freshness()
+        # Error types decorated functions list beyond the cache's own (revived on a hit).
+        self.more_errors: tuple[type[BaseException], ...] = ()
         self.max_entry_bytes = 1024 * 1024
         self.decode_cap: int | None = None
         # Written into every envelope ("n"), so that tools can select a cache's entries.
@@ -198,6 +204,15 @@ class Engine:
         self._peek: Callable[[bytes], Entry | None] | None = getattr(store, "peek", None)
         # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
         self._peek_final = type(store) is MemoryStore
+
+    def policy(self) -> Freshness:
+        """The freshness settings of the computation at hand: its function's, or the cache's."""
+        return overridden.get() or self.freshness
+
+    @property
+    def revivable(self) -> tuple[type[BaseException], ...]:
+        """Every error type a cached error entry may be revived as."""
+        return self.freshness.cache_errors + self.more_errors
 
     @property
     def enabled(self) -> bool:
@@ -234,27 +249,46 @@ class Engine:
 
         Decisions decoded from a store that answers from memory are remembered
         by the very bytes they came from (``RecentValues``), so the next hit on
-        them decodes nothing.
+        them decodes nothing. The one place that tells fresh from stale: an
+        entry past its ttl is not counted here but raised as ``StaleHit``, for
+        the caller to serve and refresh, or to keep as a fallback.
 
         Raises:
             DecodeError: the entry is corrupt (the caller drops it).
+            StaleHit: the entry is past its ttl (``asyncache.engine._freshness``).
+            ErrorHit: the entry is a cached error; its ``error`` is for the caller.
             Exception: whatever ``made`` raised (the caller answers in full instead).
         """
         value = entry.value
         known = self.recent.get(key, value, made)
         if known is None:
             decoded = self.decode(key, value)
+            if decoded.error is not None:
+                raise ErrorHit(revive_error(decoded.error, self.revivable))
             result = decoded.value if made is None else made(decoded.value)
             saved, ttl = decoded.compute_seconds or 0.0, decoded.ttl
+            windows, revalidate = decoded.windows, decoded.stale_while_revalidate
             if self._peek is not None:
-                result = self.recent.keep(key, value, result, saved, ttl, made)
+                result = self.recent.keep(key, value, result, saved, ttl, made, windows, revalidate)
         else:
-            result, saved, ttl = known
+            result, record = known
+            saved, ttl, windows, revalidate = (
+                record.saved,
+                record.ttl,
+                record.windows,
+                record.revalidate,
+            )
+        if windows and entry.expires_at is not None:
+            # Kept past its ttl: fresh until the windows began (asyncache.engine._freshness).
+            now = time.time()
+            fresh_until = entry.expires_at - windows
+            if now >= fresh_until:
+                raise StaleHit(result, entry, revalidate=now < fresh_until + revalidate)
         stats = self.stats
         stats.hits += uses
         stats.compute_seconds_saved += saved * uses
         if self.renew_on_hit:
-            self.maybe_renew(key, entry, ttl)
+            self.maybe_renew(key, entry, ttl, windows)
         return result
 
     def hit_now(self, key: bytes, made: Callable[[Any], Any] | None = None) -> Any:
@@ -279,22 +313,32 @@ class Engine:
             and known.value is entry.value
             and known.made is made
             and known.copy is same
+            # Past its ttl (it was kept for its stale windows): get_or_compute decides.
+            and not (
+                known.windows
+                and entry.expires_at is not None
+                and entry.expires_at - known.windows <= time.time()
+            )
         ):
             stats = self.stats
             stats.hits += 1
             stats.compute_seconds_saved += known.saved
             if self.renew_on_hit:
-                self.maybe_renew(key, entry, known.ttl)
+                self.maybe_renew(key, entry, known.ttl, known.windows)
             return known.result
         try:
             return self.hit(key, entry, made)
         except Exception:
-            return MISS  # corrupt: get_or_compute decodes it again, counts it and deletes it
+            # Corrupt (get_or_compute decodes it again, counts it and deletes it), stale
+            # or a cached error: get_or_compute has what it takes to answer those.
+            return MISS
 
     async def lookup(self, key: bytes) -> Decoded | None:
         """The stored decision under ``key`` as ``Decoded``, counted as a hit, or ``None``.
 
-        A corrupt entry is counted, dropped and ``None``.
+        A corrupt entry is counted, dropped and ``None``; so is a cached error.
+        An entry within its stale-while-revalidate window is returned (and
+        counted as a stale hit) but not refreshed: there is nothing to compute with.
 
         Raises:
             ReplayMiss: in replay, a corrupt entry (left as it was).
@@ -305,10 +349,18 @@ class Engine:
             return None
         try:
             decoded = self.decode(key, entry.value)
+            self.hit(key, entry)  # decodes from the memo where it can; counts and renews
         except DecodeError as exc:
             await self.discard_corrupt(key, exc)
             return None
-        self.hit(key, entry)  # decodes from the memo where it can; counts and renews
+        except StaleHit as stale:
+            if not stale.revalidate:
+                return None  # only a failed computation may have it now
+            self.stats.hits += 1  # stale, yet served: lookup has nothing to refresh it with
+            self.stats.stale_hits += 1
+        except ErrorHit:
+            self.stats.error_hits += 1
+            return None
         return decoded
 
     async def get_or_compute(
@@ -343,12 +395,14 @@ class Engine:
             # A computation of this key already running here answers sooner than a store
             # round trip would, and a stampede then costs the store one lookup, not one each.
             flight = self.flights.get(key) if self.coalesce else None
-            if flight is not None:
+            # A refresh runs while its stale entry is served: read that rather than wait.
+            if flight is not None and not flight.refresh:
                 self.stats.misses += 1
                 self.stats.coalesced += 1
                 return await self._follow(key, flight, compute, inputs, source)
             store = self.store  # store_get, inlined: one coroutine fewer on every remote hit
             entry = await self.guard.call("get", lambda: store.get(key))
+        stale: StaleHit | None = None
         if entry is not None:
             try:
                 value = self.hit(key, entry)
@@ -357,13 +411,20 @@ class Engine:
                     self.stats.corrupt += 1
                     raise await self.refusal(key, inputs, exc) from None
                 await self.discard_corrupt(key, exc)
+            except StaleHit as found:
+                if found.revalidate:
+                    return self.serve_stale(key, found, compute, inputs, source)  # type: ignore[no-any-return]
+                stale = found  # within stale-if-error: compute, and fall back on it
+            except ErrorHit as cached:
+                self.stats.error_hits += 1
+                raise cached.error from None
             else:
                 if self.sampler is not None and audit:
                     self.sampler.sample(key, entry.value, recompute or compute, inputs)
                 if source is not None:
                     source("hit")
                 return value  # type: ignore[no-any-return]
-        return await self.miss(key, compute, inputs, source=source)
+        return await self.miss(key, compute, inputs, source=source, stale=stale)
 
     async def fetch(
         self,
@@ -372,15 +433,18 @@ class Engine:
         recompute: Callable[[], Awaitable[Any]] | None = None,
         inputs: Any = None,
     ) -> Any:
-        """The stored decision under ``key`` (a hit, counted), or ``MISS``.
+        """The stored decision under ``key`` (a hit, counted), ``MISS``, or a ``StaleHit``.
 
         The lookup half of ``get_or_compute``, for a door that decides for
         itself what a miss does (the middleware: follow a run, or start one
-        with ``miss``). A corrupt entry is dropped and is ``MISS``.
+        with ``miss``). A corrupt entry is dropped and is ``MISS``. An entry
+        past its ttl is returned as the ``StaleHit`` (not counted): the door
+        serves it with ``serve_stale``, or hands it to ``miss`` (``stale=``).
         ``recompute``: what an audit of the hit runs (no audit without it).
 
         Raises:
             ReplayMiss: in replay, an entry that cannot be used, saying why (it stays).
+            Exception: a cached error (``cache_errors``), raised again.
         """
         entry = self._peek(key) if self._peek is not None else None
         if entry is None and not self._peek_final:
@@ -395,6 +459,11 @@ class Engine:
                 raise await self.refusal(key, inputs, exc) from None
             await self.discard_corrupt(key, exc)
             return MISS
+        except StaleHit as stale:
+            return stale
+        except ErrorHit as cached:
+            self.stats.error_hits += 1
+            raise cached.error from None
         if self.sampler is not None and recompute is not None:
             self.sampler.sample(key, entry.value, recompute, inputs)
         return value
@@ -407,31 +476,70 @@ class Engine:
         *,
         source: Source | None = None,
         stream: Any = None,
+        stale: StaleHit | None = None,
     ) -> T:
         """The miss half of ``get_or_compute``: join the key's flight, or start it.
 
         ``stream``: the ``Broadcast`` this caller's computation writes its pieces
         to; it hangs on the flight this caller starts (``Flight.stream``), where
         identical callers find it and read the pieces live.
+        ``stale``: the entry found within its stale-if-error window, still in the
+        store: what is computed replaces it (never ``add``, which would keep it),
+        and if computing fails (raises, or times out) it is the answer.
         """
         self.stats.misses += 1
         if self.mode == "replay":
             raise await self.refusal(key, inputs)
-        if not self.coalesce:
-            return await self.compute(key, compute, inputs, source)
-        flight = self.flights.get(key)
-        if flight is None:
-            flight = self.take_off(key, compute, inputs, source=source, stream=stream)
-            if flight.task is not None:  # asyncio (a trio flight has no task)
-                # The flight's first step runs just before this caller's next: a model that
-                # answers without suspending has landed by then, a loop turn sooner than a
-                # wake-up from the event would tell.
-                await asyncio.sleep(0)
-            if not flight.done.is_set():
-                await flight.done.wait()
-            return flight.outcome()  # type: ignore[no-any-return]
-        self.stats.coalesced += 1
-        return await self._follow(key, flight, compute, inputs, source, stream)
+        replacing = None if stale is None else stale.entry.value
+        try:
+            if not self.coalesce:
+                value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
+                return value  # type: ignore[no-any-return]
+            flight = self.flights.get(key)
+            if flight is None:
+                flight = self.take_off(
+                    key, compute, inputs, source=source, stream=stream, replacing=replacing
+                )
+                if flight.task is not None:  # asyncio (a trio flight has no task)
+                    # The flight's first step runs just before this caller's next: a model
+                    # that answers without suspending has landed by then, a loop turn sooner
+                    # than a wake-up from the event would tell.
+                    await asyncio.sleep(0)
+                if not flight.done.is_set():
+                    await flight.done.wait()
+                return flight.outcome()  # type: ignore[no-any-return]
+            self.stats.coalesced += 1
+            return await self._follow(key, flight, compute, inputs, source, stream, replacing)
+        except Exception:
+            if stale is None or not stale.usable():
+                raise
+            self.stats.stale_if_error_hits += 1
+            return stale.value  # type: ignore[no-any-return]
+
+    def serve_stale(
+        self,
+        key: bytes,
+        stale: StaleHit,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+        source: Source | None = None,
+        uses: int = 1,
+    ) -> Any:
+        """Answer with a stale decision at once and start its key's refresh, if none runs.
+
+        One refresh per key in this process (a flight; callers that miss meanwhile
+        follow it); with leases one per fleet. ``replay`` serves without refreshing.
+        """
+        stats = self.stats
+        stats.hits += uses
+        stats.stale_hits += uses
+        if self.mode == "live" and not self.closed and self.flights.get(key) is None:
+            flight = self.flights.claim(key)
+            flight.refresh = True
+            self.flights.launch(flight, self._refresh(key, flight, stale, compute, inputs))
+        if source is not None:
+            source("stale")
+        return stale.value
 
     def take_off(
         self,
@@ -441,17 +549,19 @@ class Engine:
         *,
         source: Source | None = None,
         stream: Any = None,
+        replacing: bytes | None = None,
     ) -> Flight[Any]:
         """Claim ``key``'s flight (no flight may be running for it) and launch its computation.
 
         Synchronous: a caller that runs next finds the flight (and its ``stream``),
         though the computation has not started yet. ``miss`` takes off this way; a
         door that must be found before it first awaits (the stream door) calls it
-        itself, counts its miss, and waits for ``flight.done``.
+        itself, counts its miss, and waits for ``flight.done``. ``replacing``: the
+        stale entry the store still holds under ``key`` (see ``miss``).
         """
         flight = self.flights.claim(key)
         flight.stream = stream
-        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source))
+        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source, replacing))
         return flight
 
     def streaming(self, key: bytes) -> Flight[Any] | None:
@@ -491,6 +601,7 @@ class Engine:
         compute: Callable[[], Awaitable[Any]],
         inputs: Any,
         source: Source | None,
+        replacing: bytes | None = None,
     ) -> None:
         # Every way out finishes the flight: it runs without a done callback (launch()).
         observer = self.observer
@@ -498,9 +609,9 @@ class Engine:
         outcome = "cancelled"
         try:
             if self.leases is None:  # _compute_shared's first step, without its coroutine
-                value, shared = await self._compute_alone(key, compute, inputs)
+                value, shared = await self._compute_alone(key, compute, inputs, replacing)
             else:
-                value, shared = await self._compute_shared(key, compute, inputs, source)
+                value, shared = await self._compute_shared(key, compute, inputs, source, replacing)
         except BaseException as exc:
             if is_cancellation(exc):
                 flight.set_error(cancelled("the computation was cancelled"))
@@ -525,6 +636,7 @@ class Engine:
         inputs: Any,
         source: Source | None,
         stream: Any = None,
+        replacing: bytes | None = None,
     ) -> T:
         flight.followers += 1
         while await flight.wait(self.coalesce_timeout):
@@ -536,7 +648,7 @@ class Engine:
                     following = self.flights.claim(key)
                     following.stream = stream
                     self.flights.launch(
-                        following, self._fly(key, following, compute, inputs, source)
+                        following, self._fly(key, following, compute, inputs, source, replacing)
                     )
                     await following.done.wait()
                     return following.outcome()  # type: ignore[no-any-return]
@@ -552,7 +664,7 @@ class Engine:
             return copy_for_caller(flight.value)  # type: ignore[return-value]
         else:
             self.stats.coalesce_timeouts += 1
-        value, _ = await self._compute_alone(key, compute, inputs)
+        value, _ = await self._compute_alone(key, compute, inputs, replacing)
         return value  # type: ignore[no-any-return]
 
     async def compute(
@@ -572,10 +684,15 @@ class Engine:
         compute: Callable[[], Awaitable[Any]],
         inputs: Any,
         source: Source | None,
+        replacing: bytes | None = None,
     ) -> tuple[Any, bool]:
-        """The value for the caller, and whether the flight's followers may have it."""
+        """The value for the caller, and whether the flight's followers may have it.
+
+        ``replacing`` is the stale entry the store still holds under ``key``:
+        the decision replaces it, and under a lease it is no one's decision to adopt.
+        """
         if self.leases is None:
-            return await self._compute_alone(key, compute, inputs)
+            return await self._compute_alone(key, compute, inputs, replacing)
 
         def adopt(entry: Entry) -> tuple[Any, bool]:
             value = self.adopt(key, entry)
@@ -583,20 +700,81 @@ class Engine:
                 source("adopted")
             return value, True
 
-        return await self.leases.run(key, lambda: self._compute_alone(key, compute, inputs), adopt)
+        return await self.leases.run(
+            key, lambda: self._compute_alone(key, compute, inputs, replacing), adopt, replacing
+        )
 
     async def _compute_alone(
-        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+        replacing: bytes | None = None,
     ) -> tuple[Any, bool]:
-        result, seconds = await self.timed(compute)
+        try:
+            result, seconds = await self.timed(compute)
+        except Exception as exc:
+            # Remembered only where no stale decision is kept: that one is the better answer.
+            if replacing is None and self.policy().caches(exc):
+                await self.remember_error(key, exc)
+            raise
         if isinstance(result, Unshared):
             self.stats.not_admitted += 1
             return result.value, False
         result, fresh_for = lifetime(result)
         stored = await self.store_result(
-            key, result, inputs=inputs, compute_seconds=seconds, fresh_for=fresh_for
+            key,
+            result,
+            inputs=inputs,
+            compute_seconds=seconds,
+            replacing=replacing,
+            fresh_for=fresh_for,
         )
         return stored, True
+
+    async def _refresh(
+        self,
+        key: bytes,
+        flight: Flight[Any],
+        stale: StaleHit,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+    ) -> None:
+        """The refresh of a stale entry, as its key's flight: under the lease when leases
+        are on, and stored only in place of the entry it read (compare-and-set)."""
+        self.stats.refreshes += 1
+        expected = stale.entry.value
+        leases = self.leases
+        try:
+            token = None
+            if leases is not None:
+                start = await leases.begin(key, expected)
+                if start.held or start.entry is not None:
+                    # Another process refreshes it, or has: its stale entry serves meanwhile.
+                    flight.set_result(None, shared=False)
+                    return
+                token = start.token
+            try:
+                value, shared = await self._compute_alone(key, compute, inputs, expected)
+            finally:
+                if leases is not None:
+                    await leases.finish(key, token)
+        except BaseException as exc:
+            if is_cancellation(exc):
+                flight.set_error(cancelled("the refresh was cancelled"))
+                raise
+            self.stats.refresh_failures += 1
+            self.log.warning(
+                "refresh",
+                "asyncache: a refresh failed; the stale decision is served until its "
+                "window ends: %r",
+                exc,
+            )
+            flight.set_error(exc)
+        else:
+            flight.set_result(value, shared=shared)
+        finally:
+            self.flights.landed(key, flight)
 
     async def record_result(
         self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
@@ -669,6 +847,10 @@ class Engine:
         """
         try:
             decoded = self.decode(key, entry.value)
+            if decoded.error is not None:
+                error = revive_error(decoded.error, self.revivable)
+                self.stats.error_hits += 1
+                raise error
         except DecodeError:
             self.stats.corrupt += 1
             raise
@@ -693,6 +875,7 @@ class Engine:
         *,
         inputs: Any = None,
         compute_seconds: float = 0.0,
+        replacing: bytes | None = None,
         fresh_for: float | None = None,
     ) -> T:
         """Admit, encode and add ``result``; return the decision that won.
@@ -700,14 +883,57 @@ class Engine:
         The returned value is decoded from what the store kept, so a miss and a
         later hit give equal values of the same types. A result that is not
         kept (ttl, ``admit``, size, encoding, store failure) is returned as is.
+        With ``replacing`` (the stale entry's value the caller read), the result
+        replaces that entry only if it is still there (``replace_entry``).
         ``fresh_for`` caps the ttl (``Fresh``).
         """
         prepared = self.prepare(key, result, inputs, compute_seconds, fresh_for)
         if prepared is None:
             return result
         value, expires_at = prepared
-        entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+        if replacing is None:
+            entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+        else:
+            entry = await self.guard.call(
+                "replace", lambda: self.replace_entry(key, replacing, value, expires_at)
+            )
         return self.winner(key, value, entry, result)  # type: ignore[no-any-return]
+
+    async def replace_entry(
+        self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        """Store ``value`` in place of the entry holding ``expected``; return what is stored.
+
+        The store's ``replace`` (a compare-and-set) when it has one: if another
+        writer stored something else meanwhile, that stays and is returned. A
+        store without it gets a delete and an add, where a writer in between wins.
+        """
+        replace = getattr(self.store, "replace", None)
+        if replace is not None:
+            return await replace(key, expected, value, expires_at)  # type: ignore[no-any-return]
+        delete = getattr(self.store, "delete", None)
+        if delete is not None:
+            await delete(key)
+        return await self.store.add(key, value, expires_at)
+
+    async def remember_error(self, key: bytes, error: BaseException) -> None:
+        """Store ``error`` (one of ``cache_errors``) under ``key`` for ``error_ttl`` seconds."""
+        now = time.time()
+        ttl = self.policy().error_ttl
+        try:
+            value = encode(
+                None,
+                ttl=ttl,
+                created_at=now,
+                compute_seconds=0.0,
+                key=key,
+                secret=self.secret,
+                namespace=self.namespace,
+                error=(error_name(type(error)), str(error)),
+            )
+        except (TypeError, ValueError):
+            return
+        await self.guard.call("add", lambda: self.store.add(key, value, now + ttl))
 
     def prepare(
         self,
@@ -736,6 +962,9 @@ class Engine:
                 ttl = None  # the same "no expiry" on every store
             if fresh_for is not None and (ttl is None or not fresh_for >= ttl):
                 ttl = fresh_for  # NaN too: refused below
+            freshness = self.policy()
+            if ttl is not None and ttl > 0:
+                ttl = freshness.spread(ttl)
             if (ttl is not None and not ttl > 0) or (  # NaN too
                 self.admit is not None and self.admit(inputs, result) is False
             ):
@@ -747,6 +976,8 @@ class Engine:
             logger.exception("asyncache: the ttl or admit hook raised; the result is not stored")
             return None
         now = time.time()
+        # Kept until the end of its last window; the envelope says where the ttl ended.
+        windows = None if ttl is None else freshness.windows
         try:
             value = encode(
                 result,
@@ -756,6 +987,7 @@ class Engine:
                 key=key,
                 secret=self.secret,
                 namespace=self.namespace,
+                windows=windows,
             )
         except (TypeError, ValueError) as exc:
             self.stats.unencodable += 1
@@ -779,7 +1011,9 @@ class Engine:
                     f"over max_entry_bytes={self.max_entry_bytes}; the recording is incomplete"
                 )
             return None
-        return value, (None if ttl is None else now + ttl)
+        if ttl is None:
+            return value, None
+        return value, now + ttl + (0.0 if windows is None else windows[0] + windows[1])
 
     def winner(self, key: bytes, value: bytes, entry: Entry | None, result: Any) -> Any:
         """What every caller of a flight receives once its ``add`` returned ``entry``."""
@@ -792,10 +1026,15 @@ class Engine:
             self.stats.conflicts += 1
             chosen = entry.value
         try:
-            return self.decode(key, chosen).value
+            decoded = self.decode(key, chosen)
+            if decoded.error is not None:
+                error = revive_error(decoded.error, self.revivable)
         except DecodeError:
             self.stats.corrupt += 1
             return result
+        if decoded.error is not None:
+            raise error  # another process's computation failed first, and remembered it
+        return decoded.value
 
     # -- store upkeep --------------------------------------------------------
 
@@ -822,20 +1061,23 @@ class Engine:
         if delete is not None and self.mode != "replay":
             await self.guard.call("delete", lambda: delete(key))
 
-    def maybe_renew(self, key: bytes, entry: Entry, ttl: float | None) -> None:
-        """Push a hit's expiry out by its ttl, at most once every ttl/16, in the background.
+    def maybe_renew(
+        self, key: bytes, entry: Entry, ttl: float | None, windows: float = 0.0
+    ) -> None:
+        """Push a fresh hit's expiry out by its ttl, at most once every ttl/16, in the
+        background; an entry kept for stale windows keeps them after its new ttl.
 
         Never in replay: a recording's expiries stay as they were recorded.
         """
         if ttl is None or ttl <= 0 or entry.expires_at is None or self.mode == "replay":
             return
         now = time.time()
-        if ttl - (entry.expires_at - now) < ttl / 16:
+        if ttl - (entry.expires_at - windows - now) < ttl / 16:
             return  # renewed (or stored) less than ttl/16 ago
         if key in self._renewing or len(self.background) >= self.max_background:
             return
         self._renewing.add(key)
-        self.spawn(self._renew(key, now + ttl))
+        self.spawn(self._renew(key, now + ttl + windows))
 
     async def _renew(self, key: bytes, expires_at: float) -> None:
         try:
@@ -965,13 +1207,18 @@ class Leasing(Protocol):
     """What the path needs of the leases (``_leases.Leases``)."""
 
     async def run(
-        self, key: bytes, work: Callable[[], Awaitable[T]], adopt: Callable[[Entry], T]
+        self,
+        key: bytes,
+        work: Callable[[], Awaitable[T]],
+        adopt: Callable[[Entry], T],
+        stale: bytes | None = None,
     ) -> T:
-        """Run ``work`` under the lease on ``key``, or adopt another process's entry."""
+        """Run ``work`` under the lease on ``key``, or adopt another process's entry
+        (never the ``stale`` one ``work`` replaces)."""
         ...
 
-    async def begin(self, key: bytes) -> LeaseAttempt:
-        """Try once to take the lease on ``key``."""
+    async def begin(self, key: bytes, stale: bytes | None = None) -> LeaseAttempt:
+        """Try once to take the lease on ``key`` (an entry holding ``stale`` is no decision)."""
         ...
 
     async def finish(self, key: bytes, token: bytes | None) -> None:

@@ -44,9 +44,21 @@ class Flight(Generic[T]):
     compute by themselves. ``stream`` is set when the computation produces its
     result piece by piece (``asyncache.engine._broadcast.Broadcast``): followers
     may then read the pieces live instead of waiting for the outcome.
+    ``refresh`` marks the refresh of a stale entry, which callers that can read
+    that entry do not wait for.
     """
 
-    __slots__ = ("done", "error", "followers", "shared", "stream", "task", "traceback", "value")
+    __slots__ = (
+        "done",
+        "error",
+        "followers",
+        "refresh",
+        "shared",
+        "stream",
+        "task",
+        "traceback",
+        "value",
+    )
 
     def __init__(self) -> None:
         self.done = new_event()
@@ -55,6 +67,7 @@ class Flight(Generic[T]):
         self.traceback: Any = None
         self.shared = True
         self.followers = 0
+        self.refresh = False
         self.task: asyncio.Task[None] | None = None
         self.stream: Any = None
 

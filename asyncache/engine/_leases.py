@@ -48,6 +48,8 @@ T = TypeVar("T")
 
 # A store call that failed: distinct from ``None`` (no entry) and ``False`` (not acquired).
 _FAILED: Any = object()
+STALE_POLL = 0.02
+"""Seconds between looks while another process replaces a stale entry under its lease."""
 # The backoff between tries of a store that fails, under ``store_wait``.
 _REACH_FIRST = 0.05
 _REACH_MAX = 0.5
@@ -88,15 +90,20 @@ class Leases:
         self._renewals: dict[tuple[bytes, bytes], asyncio.Task[None]] = {}
 
     async def run(
-        self, key: bytes, work: Callable[[], Awaitable[T]], adopt: Callable[[Entry], T]
+        self,
+        key: bytes,
+        work: Callable[[], Awaitable[T]],
+        adopt: Callable[[Entry], T],
+        stale: bytes | None = None,
     ) -> T:
         """Run ``work`` (compute and add) under the lease on ``key``, or adopt another's entry.
 
         ``adopt`` turns an entry another process stored into the caller's value;
         it raises ``DecodeError`` when the entry cannot be used, and then
-        ``work`` runs after all.
+        ``work`` runs after all. An entry whose value is ``stale`` (the one the
+        caller found past its ttl) is no decision to adopt: it is what is replaced.
         """
-        token, entry = await self._claim(key)
+        token, entry = await self._claim(key, stale)
         if entry is not None:
             try:
                 return adopt(entry)
@@ -108,25 +115,30 @@ class Leases:
             if token is not None:
                 await self._release(key, token)
 
-    async def _claim(self, key: bytes) -> tuple[bytes | None, Entry | None]:
+    async def _claim(
+        self, key: bytes, stale: bytes | None = None
+    ) -> tuple[bytes | None, Entry | None]:
         """Take the lease (``token``), or wait for another's entry (``entry``).
 
         ``(None, None)`` means: compute without a lease (a store failure, or a
         wait longer than the cache's ``coalesce_timeout``).
         """
-        start = await self.begin(key)
+        start = await self.begin(key, stale)
         if not start.held:
             return start.token, start.entry
-        return await self.wait(key)
+        return await self.wait(key, stale)
 
-    async def begin(self, key: bytes) -> LeaseStart:
-        """Try once to take the lease on ``key``; never waits for another process."""
+    async def begin(self, key: bytes, stale: bytes | None = None) -> LeaseStart:
+        """Try once to take the lease on ``key``; never waits for another process.
+
+        An entry whose value is ``stale`` does not count as a decision stored meanwhile.
+        """
         token = os.urandom(16)
         acquired = await self._reach(key, token)
         if acquired is _FAILED:
             return LeaseStart(None, None, held=False)
         if acquired:
-            token_or_none, entry = await self._recheck(key, token)
+            token_or_none, entry = await self._recheck(key, token, stale)
             return LeaseStart(token_or_none, entry, held=False)
         return LeaseStart(None, None, held=True)
 
@@ -135,11 +147,15 @@ class Leases:
         if token is not None:
             await self._release(key, token)
 
-    async def wait(self, key: bytes) -> tuple[bytes | None, Entry | None]:
+    async def wait(
+        self, key: bytes, stale: bytes | None = None
+    ) -> tuple[bytes | None, Entry | None]:
         """Wait for another process's decision on ``key``, taking the lease over if it dies.
 
         Returns ``(token, None)`` when the lease became ours, ``(None, entry)``
         when the decision appeared, ``(None, None)`` to compute without a lease.
+        While the store still holds the ``stale`` entry, which a store's wait
+        returns at once, the wait polls every ``STALE_POLL`` seconds instead.
         """
         token = os.urandom(16)
         stats = self._engine.stats
@@ -158,6 +174,9 @@ class Leases:
                 entry = await self._wait(key, wait)
                 if entry is _FAILED:
                     return None, None
+                if entry is not None and stale is not None and entry.value == stale:
+                    await asyncio.sleep(min(wait, STALE_POLL))
+                    entry = None  # still the stale one: its refresher is at work, or died
                 if entry is not None:
                     return None, entry
                 # No entry and (the store says) no lease: its owner is gone. The
@@ -166,18 +185,20 @@ class Leases:
                 if acquired is _FAILED:
                     return None, None
                 if acquired:
-                    token_or_none, entry = await self._recheck(key, token)
+                    token_or_none, entry = await self._recheck(key, token, stale)
                     if token_or_none is not None:
                         stats.lease_takeovers += 1
                     return token_or_none, entry
         finally:
             stats.lease_wait_seconds += time.monotonic() - started
 
-    async def _recheck(self, key: bytes, token: bytes) -> tuple[bytes | None, Entry | None]:
+    async def _recheck(
+        self, key: bytes, token: bytes, stale: bytes | None = None
+    ) -> tuple[bytes | None, Entry | None]:
         """Look once more after acquiring: the last owner may have stored and released
         between our miss and our acquire, and its decision must not be computed again."""
         entry = await self._engine.store_get(key)
-        if entry is not None:
+        if entry is not None and (stale is None or entry.value != stale):
             await self._release(key, token)
             return None, entry
         self._keep(key, token)

@@ -11,7 +11,11 @@ waiting is what keeps two batches from waiting on each other (see
 The features of the one-key path hold here too: a sampled hit is audited
 (each item alone), shadow mode computes every item and serves nothing from the
 store, and with leases a batch computes only the keys whose lease it took,
-then waits for (or takes over) the keys other processes compute.
+then waits for (or takes over) the keys other processes compute. Freshness
+too: an item past its ttl within stale-while-revalidate is served and
+refreshed alone (``Engine.serve_stale``); one within stale-if-error is
+computed with the batch, replaces its entry, and is the item's answer if its
+computation fails; a cached error is that item's error.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..codec import Decoded
 from ..errors import DecodeError
 from ..stores.protocol import Entry
 from ._flights import Flight, copy_for_caller
+from ._freshness import ErrorHit, StaleHit
 from ._guard import new_request
 
 if TYPE_CHECKING:
@@ -62,6 +67,7 @@ async def get_or_compute_many(
     if mode == "shadow":
         return await _shadow(engine, keys, unique, first, found_entries, compute, item_inputs)
     found: dict[bytes, Any] = {}
+    stale: dict[bytes, StaleHit] = {}
     for key in unique:
         entry = found_entries[key]
         if entry is not None:
@@ -72,6 +78,20 @@ async def get_or_compute_many(
                     stats.corrupt += 1
                     raise await engine.refusal(key, item_inputs[first[key]], exc) from None
                 await engine.discard_corrupt(key, exc)
+                continue
+            except StaleHit as found_stale:
+                index = first[key]
+                if found_stale.revalidate:
+                    single = _single(compute, index)
+                    found[key] = engine.serve_stale(
+                        key, found_stale, single, item_inputs[index], uses=uses[key]
+                    )
+                else:
+                    stale[key] = found_stale
+                continue
+            except ErrorHit as cached:
+                stats.error_hits += uses[key]
+                found[key] = cached.error
                 continue
             if engine.sampler is not None:
                 single = _single(compute, first[key])
@@ -95,8 +115,11 @@ async def get_or_compute_many(
         flight = flights.claim(key) if engine.coalesce else Flight()
         own.append(key)
         own_flights.append(flight)
+    replacing = {key: hit.entry.value for key, hit in stale.items()}
     if own:
-        work = _fly(engine, own, own_flights, [first[k] for k in own], compute, item_inputs)
+        work = _fly(
+            engine, own, own_flights, [first[k] for k in own], compute, item_inputs, replacing
+        )
         if engine.coalesce:
             flights.start(own, own_flights, work)
         else:
@@ -117,8 +140,13 @@ async def get_or_compute_many(
     if retry:
         # Their owners were too slow or refused to share: compute these ourselves.
         alone = [Flight[Any]() for _ in retry]
-        await _fly(engine, retry, alone, [first[k] for k in retry], compute, item_inputs)
+        await _fly(engine, retry, alone, [first[k] for k in retry], compute, item_inputs, replacing)
         outcomes.update(zip(retry, alone, strict=True))
+    for key, hit in stale.items():
+        # stale_if_error: a failed item is answered with its stale decision.
+        if outcomes[key].error is not None and hit.usable():
+            stats.stale_if_error_hits += uses[key]
+            found[key] = hit.value
     # Values other callers also hold (flights this batch followed) are copied.
     shared = {key for key, _ in theirs}
     return _answers(keys, found, shared, lambda key: _outcome(outcomes[key]))
@@ -131,6 +159,7 @@ async def _fly(
     indices: list[int],
     compute: BatchCompute,
     inputs: Sequence[Any],
+    replacing: dict[bytes, bytes],
 ) -> None:
     """Compute the items of ``keys`` and finish their flights: under leases when leases are on.
 
@@ -141,9 +170,9 @@ async def _fly(
     """
     leases = engine.leases
     if leases is None:
-        await _compute(engine, keys, flights, indices, compute, inputs)
+        await _compute(engine, keys, flights, indices, compute, inputs, replacing)
         return
-    starts = await asyncio.gather(*(leases.begin(key) for key in keys))
+    starts = await asyncio.gather(*(leases.begin(key, replacing.get(key)) for key in keys))
     now: list[int] = []
     held: list[int] = []
     for position, (key, flight, start) in enumerate(zip(keys, flights, starts, strict=True)):
@@ -164,12 +193,16 @@ async def _fly(
                 [indices[p] for p in now],
                 compute,
                 inputs,
+                replacing,
             )
     finally:
         await asyncio.gather(*(leases.finish(keys[p], starts[p].token) for p in now))
     if held:
         await asyncio.gather(
-            *(_wait_held(engine, keys[p], flights[p], indices[p], compute, inputs) for p in held)
+            *(
+                _wait_held(engine, keys[p], flights[p], indices[p], compute, inputs, replacing)
+                for p in held
+            )
         )
 
 
@@ -180,17 +213,21 @@ async def _wait_held(
     index: int,
     compute: BatchCompute,
     inputs: Sequence[Any],
+    replacing: dict[bytes, bytes],
 ) -> None:
     """Finish ``flight`` with another process's decision on ``key``, or compute it alone."""
     assert engine.leases is not None
     single = _single(compute, index)
+    stale = replacing.get(key)
 
     async def work() -> Any:
         result, seconds = await engine.timed(single)
-        return await engine.store_result(key, result, inputs=inputs[index], compute_seconds=seconds)
+        return await engine.store_result(
+            key, result, inputs=inputs[index], compute_seconds=seconds, replacing=stale
+        )
 
     try:
-        value = await engine.leases.run(key, work, lambda entry: engine.adopt(key, entry))
+        value = await engine.leases.run(key, work, lambda entry: engine.adopt(key, entry), stale)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
@@ -208,25 +245,45 @@ async def _compute(
     indices: list[int],
     compute: BatchCompute,
     inputs: Sequence[Any],
+    replacing: dict[bytes, bytes],
 ) -> None:
     """Compute the items at ``indices`` in one call, store them in one ``add_many``
-    and finish each item's flight with the decision that won."""
+    and finish each item's flight with the decision that won.
+
+    Items whose stale entry the store still holds (``replacing``) replace it
+    one by one instead; failed items of ``cache_errors`` types are remembered.
+    """
     table = engine.flights
     try:
         results, share = await _run(engine, compute, indices)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
+        # Remembered before the callers hear of it: their next call must find it.
+        await _remember_errors(engine, [(key, exc) for key in keys], replacing)
         for key, flight in zip(keys, flights, strict=True):
             table.release(key, flight)
             flight.set_error(exc)
         return
     pending: list[tuple[bytes, bytes, float | None]] = []
     waiting: list[tuple[Flight[Any], Any]] = []
+    await _remember_errors(
+        engine,
+        [(k, r) for k, r in zip(keys, results, strict=True) if isinstance(r, BaseException)],
+        replacing,
+    )
     for key, flight, index, result in zip(keys, flights, indices, results, strict=True):
         table.release(key, flight)
         if isinstance(result, BaseException):
             flight.set_error(result)
+            continue
+        stale = replacing.get(key)
+        if stale is not None:
+            flight.set_result(
+                await engine.store_result(
+                    key, result, inputs=inputs[index], compute_seconds=share, replacing=stale
+                )
+            )
             continue
         prepared = engine.prepare(key, result, inputs[index], share)
         if prepared is None:
@@ -239,7 +296,19 @@ async def _compute(
     added = await engine.guard.call("add_many", lambda: engine.store.add_many(pending))
     winners: list[Entry | None] = list(added) if added else [None] * len(pending)
     for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
-        flight.set_result(engine.winner(key, value, entry, result))
+        try:
+            flight.set_result(engine.winner(key, value, entry, result))
+        except Exception as exc:  # another process's cached error won the add
+            flight.set_error(exc)
+
+
+async def _remember_errors(
+    engine: Engine, failed: list[tuple[bytes, BaseException]], replacing: dict[bytes, bytes]
+) -> None:
+    """Store the failures of ``cache_errors`` types, except where a stale entry is kept."""
+    for key, error in failed:
+        if key not in replacing and engine.policy().caches(error):
+            await engine.remember_error(key, error)
 
 
 async def _shadow(

@@ -57,9 +57,12 @@ class Remembered:
         saved: the compute seconds stored with it.
         ttl: the ttl stored with it.
         made: what made ``result`` from the decoded decision (``None``: decoded).
+        windows: seconds the entry is kept past its ttl (``asyncache.engine._freshness``);
+            0 for most entries, which are then fresh until their store expiry.
+        revalidate: the first of those windows, stale-while-revalidate.
     """
 
-    __slots__ = ("copy", "made", "result", "saved", "ttl", "value")
+    __slots__ = ("copy", "made", "result", "revalidate", "saved", "ttl", "value", "windows")
 
     def __init__(
         self,
@@ -69,6 +72,8 @@ class Remembered:
         saved: float,
         ttl: Any,
         made: Any,
+        windows: float = 0.0,
+        revalidate: float = 0.0,
     ) -> None:
         self.value = value
         self.result = result
@@ -76,6 +81,8 @@ class Remembered:
         self.saved = saved
         self.ttl = ttl
         self.made = made
+        self.windows = windows
+        self.revalidate = revalidate
 
 
 class RecentValues:
@@ -95,20 +102,28 @@ class RecentValues:
     def __init__(self) -> None:
         self.records: dict[bytes, Remembered] = {}
 
-    def get(self, key: bytes, value: bytes, made: Any = None) -> tuple[Any, float, Any] | None:
-        """A caller's own result, its compute seconds and ttl, if ``value`` was decoded here."""
+    def get(self, key: bytes, value: bytes, made: Any = None) -> tuple[Any, Remembered] | None:
+        """A caller's own result and what was remembered with it, if ``value`` was decoded here."""
         known = self.records.get(key)
         if known is None or known.value is not value or known.made is not made:
             return None
         copy = known.copy
         if copy is same:  # the hot case (what was made, or a scalar): no call to make
-            return known.result, known.saved, known.ttl
+            return known.result, known
         if copy is None:
             return None
-        return copy(known.result), known.saved, known.ttl
+        return copy(known.result), known
 
     def keep(
-        self, key: bytes, value: bytes, result: Any, saved: float, ttl: Any, made: Any = None
+        self,
+        key: bytes,
+        value: bytes,
+        result: Any,
+        saved: float,
+        ttl: Any,
+        made: Any = None,
+        windows: float = 0.0,
+        revalidate: float = 0.0,
     ) -> Any:
         """Remember ``result`` (from ``value``, by ``made``) when it can be handed out again.
 
@@ -126,7 +141,7 @@ class RecentValues:
         if len(known) >= ENTRIES and seen is None:
             del known[next(iter(known))]
         kept = None if copy is None else copy(result)
-        known[key] = Remembered(value, kept, copy, saved, ttl, made)
+        known[key] = Remembered(value, kept, copy, saved, ttl, made, windows, revalidate)
         return result
 
     def clear(self) -> None:

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import aclosing, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -45,6 +45,7 @@ from ..errors import DecodeError
 from ._broadcast import Broadcast, Reader
 from ._engine import MISS, Unshared, replay_miss
 from ._flights import Flight, copy_for_caller, error_for_caller
+from ._freshness import Freshness, StaleHit, overridden
 from ._runtime import cancelled, is_cancellation, spawn
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ async def cached_stream(
     rebuild: Callable[[Any], Any] | None = None,
     pace: bool = False,
     max_chunks: int = 10_000,
+    freshness: Freshness | None = None,
 ) -> AsyncGenerator[Any, None]:
     """The chunks of the decision for ``key``: replayed from the store, or produced live.
 
@@ -102,6 +104,8 @@ async def cached_stream(
             stream whose chunks do not fit it is a corrupt entry.
         pace: replay a hit over the time its stream took to produce, evenly.
         max_chunks: past this many chunks a stream is not stored.
+        freshness: the function's own freshness settings (the cache's when
+            ``None``), for the computation this caller starts or refreshes.
 
     Raises:
         ReplayMiss: ``mode="replay"`` and the store does not hold the stream (before
@@ -114,7 +118,7 @@ async def cached_stream(
     if serving:
         flight = engine.streaming(key)
         if flight is None:
-            stored = await _lookup(engine, key, produce, inputs, rebuild, pace)
+            stored = await _lookup(engine, key, produce, inputs, rebuild, pace, freshness)
             if stored is not None:
                 chunks, seconds = stored
                 # Rebuilt already: a chunk that does not fit made the entry a miss.
@@ -131,7 +135,15 @@ async def cached_stream(
             broadcast: Broadcast = flight.stream
             flow = _read(broadcast, broadcast.join())
     if flow is None:
-        flow = _lead(engine, key, produce, inputs, max_chunks, listed=serving and engine.coalesce)
+        flow = _lead(
+            engine,
+            key,
+            produce,
+            inputs,
+            max_chunks,
+            listed=serving and engine.coalesce,
+            freshness=freshness,
+        )
     async with aclosing(flow):
         async for chunk in flow:
             yield chunk if rebuild is None else rebuild(chunk)
@@ -144,6 +156,7 @@ async def _lookup(
     inputs: Any,
     rebuild: Callable[[Any], Any] | None,
     pace: bool,
+    freshness: Freshness | None = None,
 ) -> tuple[list[Any], float] | None:
     """The stored chunks under ``key`` (a hit, counted, maybe audited) and the seconds
     the stream took (``pace`` only), or ``None``."""
@@ -162,6 +175,12 @@ async def _lookup(
         value = await engine.fetch(
             key, recompute=recompute if engine.sampler is not None else None, inputs=inputs
         )
+        if isinstance(value, StaleHit):
+            if not value.revalidate:
+                return None  # within stale-if-error only: computed afresh, as a miss
+            # Served at once; one refresh collects the whole stream and replaces it.
+            with _own(freshness):  # the refresh's task starts here, with its settings
+                value = engine.serve_stale(key, value, recompute, inputs)
     if value is MISS:
         return None
     try:
@@ -244,7 +263,14 @@ async def _read(broadcast: Broadcast, reader: Reader) -> AsyncGenerator[Any, Non
 
 
 async def _lead(
-    engine: Engine, key: bytes, produce: Produce, inputs: Any, max_chunks: int, *, listed: bool
+    engine: Engine,
+    key: bytes,
+    produce: Produce,
+    inputs: Any,
+    max_chunks: int,
+    *,
+    listed: bool,
+    freshness: Freshness | None = None,
 ) -> AsyncGenerator[Any, None]:
     """Start the stream's computation and read it as its first caller."""
     framing = ChunkFraming()
@@ -258,6 +284,26 @@ async def _lead(
     async def compute() -> Any:
         return await _generate(engine, broadcast, produce)
 
+    with _own(freshness):  # the tasks started here store with the function's settings
+        _start(engine, key, broadcast, compute, inputs, listed=listed)
+    async with aclosing(_read(broadcast, reader)) as chunks:
+        async for chunk in chunks:
+            yield chunk
+    # The first caller's stream ends once what may be stored is stored, as a miss of a
+    # plain function returns after its add (its last chunk came as soon as it was made).
+    await broadcast.settled.wait()
+
+
+def _start(
+    engine: Engine,
+    key: bytes,
+    broadcast: Broadcast,
+    compute: Callable[[], Awaitable[Any]],
+    inputs: Any,
+    *,
+    listed: bool,
+) -> None:
+    """Start the stream's computation: a task that hands its decision to the readers."""
     outcome: Awaitable[Any]
     if listed and engine.flights.get(key) is None:
         # Taken off before this caller first awaits, so that an identical caller that
@@ -271,12 +317,22 @@ async def _lead(
     else:
         outcome = engine.get_or_compute(key, compute, inputs)  # off, shadow, record
     spawn(_run(engine, broadcast, outcome), _RUNNING)
-    async with aclosing(_read(broadcast, reader)) as chunks:
-        async for chunk in chunks:
-            yield chunk
-    # The first caller's stream ends once what may be stored is stored, as a miss of a
-    # plain function returns after its add (its last chunk came as soon as it was made).
-    await broadcast.settled.wait()
+
+
+@contextmanager
+def _own(freshness: Freshness | None) -> Iterator[None]:
+    """The function's own freshness settings, for the tasks started (synchronously) within.
+
+    A task copies the context it is started in; the caller's own is left as it was.
+    """
+    if freshness is None:
+        yield
+        return
+    token = overridden.set(freshness)
+    try:
+        yield
+    finally:
+        overridden.reset(token)
 
 
 async def _landed(flight: Flight[Any]) -> Any:

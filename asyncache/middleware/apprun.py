@@ -11,10 +11,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..engine import Broadcast, Fresh, Unshared, cancelled, is_cancellation, new_event, spawn
+from ..engine import (
+    Broadcast,
+    Fresh,
+    Freshness,
+    Unshared,
+    cancelled,
+    is_cancellation,
+    new_event,
+    overridden,
+    spawn,
+)
 from .capture import ResponseCapture, response_broadcast
+from .freshness import Freshness as HttpFreshness
 from .freshness import freshness
-from .response import StoredResponse, invalid_reason, to_value
+from .response import StoredResponse, invalid_reason, private, to_value
 from .settings import ExchangeSettings
 from .types import Message, Receive, Scope
 
@@ -92,6 +103,9 @@ class AppRunner:
             raise
         if run.response_error is not None:
             raise run.response_error
+        if run.freshness is not None:
+            # The store write that follows, in this same task, keeps the entry this long.
+            overridden.set(run.freshness)
         if type(run.value) is not Unshared:
             # A run whose answer followers could have had: what they may wait for.
             settings.run_times.ran(self.route, time.perf_counter() - started)
@@ -125,11 +139,17 @@ class AppRunner:
         stats = self.settings.stats
         if response is None:
             stats.not_admitted(reason or "refused")
+            if reason is not None and private(reason):
+                # Private to its client: identical requests could not have shared it, so
+                # for a while they go straight to the app (hit-for-pass). A failure may
+                # not come again: its key keeps coalescing.
+                self.settings.remember_pass(self.key)
             run.settle(Unshared(None))
             return
         head = self.inputs[0] == "HEAD"
         now = time.time()
-        left, age = freshness(response.headers, now)
+        seen = freshness(response.headers, now)
+        left, age = seen.left, seen.age
         # Only a response that says how old it is or how long it lives keeps when it was
         # born (its hits then say their Age): a value that changes with time on every run
         # would make each audit and shadow comparison a mismatch.
@@ -142,8 +162,26 @@ class AppRunner:
             stats.not_admitted(f"invalid_{invalid}")
             run.settle(Unshared(None))
             return
+        run.freshness = self._freshness(seen)
         # A response that gives its own lifetime is kept for what is left of it.
         run.settle(value if left is None else Fresh(value, left))
+
+    def _freshness(self, seen: HttpFreshness) -> Freshness | None:
+        """These routes' settings, with the windows the response asks for (capped by them)."""
+        settings = self.settings
+        chosen = settings.freshness
+        revalidate, if_error = seen.stale_while_revalidate, seen.stale_if_error
+        if revalidate is None and if_error is None:
+            return chosen
+        policy = chosen or settings.engine.freshness
+        return policy._replace(
+            stale_while_revalidate=policy.stale_while_revalidate
+            if revalidate is None
+            else min(revalidate, policy.stale_while_revalidate),
+            stale_if_error=policy.stale_if_error
+            if if_error is None
+            else min(if_error, policy.stale_if_error),
+        )
 
     async def recompute(self) -> Any:
         """Run the app again in the background for an audit; its response goes nowhere.
@@ -208,7 +246,7 @@ class LeaderReceive:
 class AppRun:
     """One run of the app by a leader: when its response is complete, and when it ends."""
 
-    __slots__ = ("error", "finished", "response", "response_error", "task", "value")
+    __slots__ = ("error", "finished", "freshness", "response", "response_error", "task", "value")
 
     def __init__(self) -> None:
         self.response = new_event()
@@ -220,6 +258,8 @@ class AppRun:
         self.error: BaseException | None = None
         """What the app raised, for the leader's server."""
         self.task: Any = None
+        self.freshness: Freshness | None = None
+        """The windows this response is kept for, when they are not the cache's."""
 
     def settle(self, value: Any = None, *, error: BaseException | None = None) -> None:
         """Hand the engine the outcome (the first one only)."""

@@ -23,7 +23,7 @@ from time import perf_counter
 from typing import Any
 
 from ..cache import DecisionCache
-from ..engine import MISS
+from ..engine import MISS, Freshness
 from ..stats import RateLimitedLog
 from ..stores import entries_of
 from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
@@ -120,6 +120,20 @@ class DecisionCacheMiddleware:
             sampled hit runs the app again in the background, with the same
             request, and compares its response with the stored one. Only for
             routes the app may safely run twice (idempotent predictions).
+        stale_while_revalidate: these routes' window (the cache's when ``None``):
+            a stored response past its ttl is served at once, with ``X-Cache:
+            stale`` and ``Cache-Status: ...; hit; fwd=stale``, while the app runs
+            once in the background to refresh it. A response's own
+            ``Cache-Control: stale-while-revalidate=N`` asks for less, never more.
+        stale_if_error: these routes' stale-if-error window (the cache's when
+            ``None``), capped likewise by a response's ``stale-if-error=N``.
+        pass_ttl: seconds a key whose answer may not be shared (private, a
+            ``Set-Cookie``, an unkeyed ``Vary``...) sends identical requests
+            straight to the app, each on its own run (``X-Cache: miss``; counted
+            in ``passes``), instead of having them wait on a run whose answer they
+            may not share (hit-for-pass). A ``5xx`` or a response too large may
+            not come again, so it is not remembered.
+            ``0`` turns it off.
 
     Raises:
         ValueError: an option is out of range or both ``routes`` and ``paths`` are given.
@@ -147,6 +161,9 @@ class DecisionCacheMiddleware:
         audit: bool = False,
         forwarding: str = "bypass",
         follower_timeout: float | None = None,
+        stale_while_revalidate: float | None = None,
+        stale_if_error: float | None = None,
+        pass_ttl: float = 5.0,
     ) -> None:
         if routes is not None and paths is not None:
             raise ValueError("give routes or paths, not both")
@@ -194,6 +211,8 @@ class DecisionCacheMiddleware:
             on_hit=on_hit,
             audit=audit,
             follower_timeout=follower_timeout,
+            freshness=_route_freshness(cache, stale_while_revalidate, stale_if_error),
+            pass_ttl=pass_ttl,
         )
 
     def __repr__(self) -> str:
@@ -346,6 +365,24 @@ class DecisionCacheMiddleware:
             return
         self._settings.count_bypass(reason)
         await self.app(scope, receive, self._headers.tagged(send, "bypass", reason))
+
+
+def _route_freshness(
+    cache: DecisionCache, revalidate: float | None, if_error: float | None
+) -> Freshness | None:
+    """The routes' freshness settings: the cache's with the windows given, or ``None``."""
+    if revalidate is None and if_error is None:
+        return None
+    base = cache.freshness
+    return Freshness.checked(
+        **{
+            **base._asdict(),
+            "stale_while_revalidate": base.stale_while_revalidate
+            if revalidate is None
+            else revalidate,
+            "stale_if_error": base.stale_if_error if if_error is None else if_error,
+        }
+    )
 
 
 def _header_name(name: str) -> bytes:

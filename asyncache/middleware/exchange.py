@@ -42,6 +42,7 @@ from ..engine import (
     Broadcast,
     Flight,
     Reader,
+    StaleHit,
     cancelled,
     error_for_caller,
     is_cancellation,
@@ -124,6 +125,13 @@ class Exchange:
         settings = self.settings
         engine = settings.engine
         serving = engine.mode == "live" or engine.mode == "replay"
+        if engine.mode == "live" and settings.passes and settings.passing(self.key):
+            # Hit-for-pass: the last answer could not be shared, so this request does not
+            # queue behind another run; it runs the app at once, on its own (a miss whose
+            # answer is still stored if it may be, which ends the pass).
+            engine.stats.passes += 1
+            await self.lead(None, listed=False)
+            return
         while serving:
             flight = engine.streaming(self.key)
             if flight is None:
@@ -133,6 +141,7 @@ class Exchange:
             # That run ended before its start message: look again, and one of its
             # followers (the first to get here) becomes the new leader.
         runner = None
+        stale = None
         if serving:
             if engine.sampler is not None and settings.audit:
                 runner = self._runner()
@@ -145,13 +154,24 @@ class Exchange:
             except ReplayMiss as miss:  # an entry replay cannot use (another secret...)
                 await self.refuse_in_replay(miss)
                 return
+            if type(value) is StaleHit:
+                if value.revalidate:
+                    # Served at once; the app runs once in the background, for no client,
+                    # and its response replaces this one if it may be stored.
+                    self.source = "stale"
+                    refresh = self._runner().recompute
+                    await self.answer(
+                        engine.serve_stale(self.key, value, refresh, self.inputs_made())
+                    )
+                    return
+                stale, value = value, MISS  # within stale-if-error: its run replaces it
             if value is not MISS:
                 await self.answer(value)
                 return
             if engine.mode == "replay":
                 await self.refuse_in_replay(await engine.refusal(self.key, self.inputs_made()))
                 return
-        await self.lead(runner, listed=serving and engine.coalesce)
+        await self.lead(runner, listed=serving and engine.coalesce, stale=stale)
 
     def inputs_made(self) -> list[Any]:
         """The canonical request, for the ttl and admit hooks and audits: made once, on need."""
@@ -302,7 +322,9 @@ class Exchange:
 
     # -- leading a run --------------------------------------------------------------
 
-    async def lead(self, runner: AppRunner | None, *, listed: bool) -> None:
+    async def lead(
+        self, runner: AppRunner | None, *, listed: bool, stale: StaleHit | None = None
+    ) -> None:
         """Start a run (found by identical requests when ``listed``) and send its response."""
         settings = self.settings
         if settings.engine.mode == "replay":
@@ -313,7 +335,7 @@ class Exchange:
         runner = runner or self._runner()
         runner.broadcast = broadcast
         reader = broadcast.join(owner=True)
-        spawn(self._produce(runner, broadcast, listed))
+        spawn(self._produce(runner, broadcast, listed, stale))
         # Whatever the app sends, from its first message on (an extension's message may
         # come before the start), until the app ends or the answer came without it.
         await self.pump(broadcast, reader, "miss")
@@ -331,14 +353,21 @@ class Exchange:
         elif broadcast.error is not None:
             raise error_for_caller(broadcast.error, broadcast.traceback)
 
-    async def _produce(self, runner: AppRunner, broadcast: Broadcast, listed: bool) -> None:
+    async def _produce(
+        self, runner: AppRunner, broadcast: Broadcast, listed: bool, stale: StaleHit | None
+    ) -> None:
         settings = self.settings
         engine = settings.engine
         try:
             if listed:
                 # The lookup was made (run()); a run already in progress is followed there.
                 value = await engine.miss(
-                    self.key, runner.compute, self.inputs_made(), source=self.told, stream=broadcast
+                    self.key,
+                    runner.compute,
+                    self.inputs_made(),
+                    source=self.told,
+                    stream=broadcast,
+                    stale=stale,
                 )
             elif engine.mode == "live" or engine.mode == "replay":
                 # A request released from another run, one that waited too long, or a

@@ -83,10 +83,16 @@ class Freshness(NamedTuple):
         left: the seconds of its freshness lifetime left (lifetime minus age;
             ``<= 0``: stale already), or ``None`` when it gives no lifetime.
         age: its age when captured, in seconds.
+        stale_while_revalidate: its own ``stale-while-revalidate`` window in
+            seconds (RFC 5861), or ``None`` when it gives none (or not as
+            delta-seconds).
+        stale_if_error: its own ``stale-if-error`` window, likewise.
     """
 
     left: float | None
     age: float
+    stale_while_revalidate: float | None = None
+    stale_if_error: float | None = None
 
 
 def freshness(headers: Headers, now: float) -> Freshness:
@@ -124,4 +130,15 @@ def freshness(headers: Headers, now: float) -> Freshness:
             lifetime = until - start if until is not None else 0.0
     if lifetime is not None and not math.isfinite(lifetime):
         lifetime = 0.0
-    return Freshness(None if lifetime is None else lifetime - age, age)
+    return Freshness(
+        None if lifetime is None else lifetime - age,
+        age,
+        _window(directives, "stale-while-revalidate"),
+        _window(directives, "stale-if-error"),
+    )
+
+
+def _window(directives: dict[str, str | None], name: str) -> float | None:
+    """A window directive's seconds, or ``None`` when it is absent or not delta-seconds."""
+    seconds = delta_seconds(directives[name]) if name in directives else None
+    return None if seconds is None else float(seconds)

@@ -77,6 +77,8 @@ HOP_BY_HOP = frozenset(
 _PRIVATE_DIRECTIVES = frozenset({"no-store", "private", "no-cache"})
 _LIFETIMES = ("max-age", "s-maxage")
 _COOKIES = frozenset({b"set-cookie", b"set-cookie2"})
+# Refusals the next identical request's run may not repeat: no hit-for-pass for them.
+_PASSING_REFUSALS = frozenset({"failure", "too_large"})
 NEVER_STORED = frozenset({206, 304})
 """Statuses never stored, whatever ``statuses`` says: each answers one request's
 ``Range`` or validators, which the key does not hold."""
@@ -193,6 +195,15 @@ def shareable(reason: str | None) -> bool:
     is not one the cache vouches for.
     """
     return reason is None
+
+
+def private(reason: str) -> bool:
+    """Whether a response refused for ``reason`` would be refused for every identical
+    request too (``Cache-Control: private``, ``Set-Cookie``...): hit-for-pass remembers it.
+
+    A failure or a response too large may not come again, so its key is not passed.
+    """
+    return reason not in _PASSING_REFUSALS
 
 
 def _in_the_past(value: bytes) -> bool:

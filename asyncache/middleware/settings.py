@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import Broadcast, Engine
+from ..engine import Broadcast, Engine, Freshness
 from .capture import ResponseCapture
 from .response import AdmitResponse
 from .stats import MiddlewareStats
 from .status import StatusHeaders
 from .types import ASGIApp, Scope
 
-__all__ = ["FOLLOWER_FACTOR", "FOLLOWER_FLOOR", "ExchangeSettings", "OnHit", "RunTimes"]
+__all__ = [
+    "FOLLOWER_FACTOR",
+    "FOLLOWER_FLOOR",
+    "MAX_PASSES",
+    "ExchangeSettings",
+    "OnHit",
+    "RunTimes",
+]
 
 FOLLOWER_FACTOR = 4.0
 """With ``follower_timeout=None``, a follower waits this many times the route's typical run."""
 FOLLOWER_FLOOR = 0.1
 """... and never less than this many seconds: a fast route's followers still share."""
+MAX_PASSES = 4096
+"""The most keys remembered as uncacheable at once (hit-for-pass); past it, the expired
+ones go, and if none has, all of them (a request then only queues once more)."""
 
 OnHit = Callable[[Scope], Any]
 """``on_hit(asgi_scope)``: called before a stored answer is sent; ``False`` sends none."""
@@ -77,9 +88,12 @@ class ExchangeSettings:
         "app",
         "audit",
         "engine",
+        "freshness",
         "headers",
         "keyed",
         "on_hit",
+        "pass_ttl",
+        "passes",
         "run_times",
         "stats",
         "statuses",
@@ -97,6 +111,8 @@ class ExchangeSettings:
         admit: AdmitResponse | None,
         on_hit: OnHit | None,
         audit: bool,
+        freshness: Freshness | None = None,
+        pass_ttl: float = 5.0,
         follower_timeout: float | None = None,
     ) -> None:
         self.app = app
@@ -109,6 +125,35 @@ class ExchangeSettings:
         self.on_hit = on_hit
         self.audit = audit
         self.run_times = RunTimes(follower_timeout)
+        self.freshness = freshness
+        """These routes' freshness settings (the cache's when ``None``): the most a
+        response's own ``Cache-Control: stale-*`` may ask for."""
+        self.pass_ttl = pass_ttl
+        self.passes: dict[bytes, float] = {}
+        """Keys whose last run was not admitted, until when (monotonic): hit-for-pass."""
+
+    def remember_pass(self, key: bytes) -> None:
+        """The answer under ``key`` may not be stored: send the next ones straight to the app."""
+        if self.pass_ttl <= 0:
+            return
+        passes = self.passes
+        now = time.monotonic()
+        if len(passes) >= MAX_PASSES:
+            for old in [k for k, until in passes.items() if until <= now]:
+                del passes[old]
+            if len(passes) >= MAX_PASSES:
+                passes.clear()
+        passes[key] = now + self.pass_ttl
+
+    def passing(self, key: bytes) -> bool:
+        """Whether ``key``'s last answer was uncacheable less than ``pass_ttl`` ago."""
+        until = self.passes.get(key)
+        if until is None:
+            return False
+        if until <= time.monotonic():
+            del self.passes[key]
+            return False
+        return True
 
     def count_bypass(self, reason: str) -> None:
         """Count a request that did not use the cache."""

@@ -15,7 +15,7 @@ from ..cache import DecisionCache
 __all__ = ["BYPASS_COUNTED", "OUTCOMES", "MiddlewareStats", "middleware_stats"]
 
 # ``replay_miss``: mode="replay" answered 500 where the app would have run.
-OUTCOMES = ("hit", "miss", "shared", "bypass", "disabled", "replay_miss")
+OUTCOMES = ("hit", "stale", "miss", "shared", "bypass", "disabled", "replay_miss")
 
 BYPASS_COUNTED = "asyncache.bypass_counted"
 """The scope key a passed-through request carries: the ``(stats, reason)`` pairs it was

@@ -47,7 +47,8 @@ class StatusHeaders:
         self._memo: dict[str, FixedHeaders] = {}
 
     def for_outcome(self, outcome: str, reason: str | None = None) -> FixedHeaders:
-        """The headers of one outcome (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``)."""
+        """The headers of one outcome (``hit``, ``stale``, ``miss``, ``shared``, ``bypass``,
+        ``disabled``)."""
         memo = outcome if reason is None else f"{outcome}:{reason}"
         headers = self._memo.get(memo)
         if headers is None:
@@ -85,6 +86,9 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
     """An RFC 9211 ``Cache-Status`` member for one outcome."""
     if outcome == "hit":
         member = f"{name}; hit"
+    elif outcome == "stale":
+        # A stored response past its freshness, served while it is refreshed (RFC 9211 4.2).
+        member = f"{name}; hit; fwd=stale"
     elif outcome == "miss":
         member = f"{name}; fwd=uri-miss"
     elif outcome == "shared":

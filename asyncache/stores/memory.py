@@ -232,6 +232,23 @@ class MemoryStore:
     async def delete(self, key: bytes) -> None:
         self.delete_now(key)
 
+    async def replace(
+        self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        """Store ``value`` if ``key`` still holds ``expected`` (or nothing live); the winner."""
+        return self.replace_now(key, expected, value, expires_at)
+
+    def replace_now(
+        self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        """``replace`` without the coroutine (no await: nothing can come in between)."""
+        existing = self.get_now(key)
+        if existing is not None and existing.value != expected:
+            return existing
+        entry = Entry(value, expires_at)
+        self.put_now(key, entry)
+        return entry
+
     async def prune(self) -> int:
         now = time.time()
         expired = [

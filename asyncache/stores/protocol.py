@@ -47,6 +47,20 @@ class DecisionStore(Protocol):
     ``mode="record"`` needs it to replace what a key holds (``add`` keeps the
     first decision). Every store of asyncache has it, and ``StoreContract``
     tests it where a store has it.
+
+    ``async replace(key, expected, value, expires_at) -> Entry`` is optional
+    likewise: a compare-and-set. It stores ``value`` if the entry under
+    ``key`` still holds ``expected`` (or there is no live entry) and returns
+    what is stored afterwards: the new entry, or the one another writer put
+    there meanwhile. The refresh of a stale entry (``stale_while_revalidate``,
+    ``stale_if_error``) stores through it, so a late refresher never
+    overwrites a newer decision; without it the engine deletes and adds.
+    Every store of asyncache has it.
+
+    Stores keep an entry until its ``expires_at``, which for a cache with
+    stale windows is the end of the last window (stale-until); the envelope
+    says where its ttl ended (fresh-until), and the engine tells fresh from
+    stale (``asyncache.engine._freshness``).
     """
 
     async def get(self, key: bytes) -> Entry | None:

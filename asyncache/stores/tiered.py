@@ -159,6 +159,27 @@ class TieredStore:
                 self._keep(key, winner, now)
         return winners
 
+    async def replace(
+        self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        """Compare-and-set in L2 (which decides, for every process); copy the winner into L1.
+
+        An L2 without ``replace`` gets a delete and an add, where a writer in between wins.
+        """
+        seen = self.invalidations
+        replace = getattr(self.l2, "replace", None)
+        if replace is not None:
+            winner: Entry = await replace(key, expected, value, expires_at)
+        else:
+            delete = getattr(self.l2, "delete", None)
+            if delete is not None:
+                await delete(key)
+            winner = await self.l2.add(key, value, expires_at)
+        self.l1.delete_now(key)
+        if self.invalidations == seen:
+            self._keep(key, winner, time.time())
+        return winner
+
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Renew in L2, and move (or drop) the L1 copy to match."""
         renewed = await self.l2.renew(key, expires_at)

@@ -26,6 +26,16 @@ def _needs_delete(store: DecisionStore) -> Callable[[bytes], Awaitable[None]]:
     return delete  # type: ignore[no-any-return]
 
 
+def _needs_replace(
+    store: DecisionStore,
+) -> Callable[[bytes, bytes, bytes, float | None], Awaitable[Entry]]:
+    """``replace`` is optional (``DecisionStore``'s docstring): tested where a store has it."""
+    replace = getattr(store, "replace", None)
+    if not callable(replace):
+        pytest.skip(f"{type(store).__name__} has no replace (refreshes then delete and add)")
+    return replace  # type: ignore[no-any-return]
+
+
 def _key(n: int) -> bytes:
     """The n-th 16-byte test key, the size the engine's keys have."""
     return n.to_bytes(16, "big")
@@ -322,6 +332,51 @@ class StoreContract:
         stored = [e.value if e else None for e in await store.get_many(keys)]
         assert all(result == stored for result in results)
         assert await store.count() == len(keys)
+
+    async def test_replace_swaps_the_entry_it_expects(self, store: DecisionStore) -> None:
+        """``replace`` stores over the entry holding the expected value, even after a renew."""
+        replace = _needs_replace(store)
+        expires_at = time.time() + HOUR
+        await store.add(_key(1), b"stale", expires_at)
+        assert await store.renew(_key(1), expires_at + 60)  # a renewal keeps the value
+        winner = await replace(_key(1), b"stale", b"fresh", expires_at + 120)
+        assert winner == Entry(b"fresh", expires_at + 120)
+        assert await store.get(_key(1)) == winner
+
+    async def test_replace_keeps_a_newer_decision(self, store: DecisionStore) -> None:
+        """A late refresher (expecting a value no longer there) never overwrites; it gets
+        the entry that is there."""
+        replace = _needs_replace(store)
+        expires_at = time.time() + HOUR
+        await store.add(_key(1), b"stale", expires_at)
+        newer = await replace(_key(1), b"stale", b"newer", expires_at + 1)
+        late = await replace(_key(1), b"stale", b"late", expires_at + 2)
+        assert late == newer == Entry(b"newer", expires_at + 1)
+        got = await store.get(_key(1))
+        assert got is not None and got.value == b"newer"
+
+    async def test_replace_stores_where_nothing_lives(self, store: DecisionStore) -> None:
+        """``replace`` over no entry, or an expired one, stores the new entry."""
+        replace = _needs_replace(store)
+        assert await replace(_key(1), b"gone", b"new", None) == Entry(b"new", None)
+        await store.add(_key(2), b"old", time.time() - 1)
+        assert await replace(_key(2), b"other", b"new", None) == Entry(b"new", None)
+        assert [e.value if e else None for e in await store.get_many([_key(1), _key(2)])] == [
+            b"new",
+            b"new",
+        ]
+
+    async def test_concurrent_replaces_one_wins(self, store: DecisionStore) -> None:
+        """Refreshers racing on one stale entry: exactly one value is stored, and every
+        refresher is told that one."""
+        replace = _needs_replace(store)
+        await store.add(_key(1), b"stale", None)
+        winners = await asyncio.gather(
+            *(replace(_key(1), b"stale", f"refresh-{n}".encode(), None) for n in range(20))
+        )
+        assert len({winner.value for winner in winners}) == 1
+        got = await store.get(_key(1))
+        assert got is not None and got == winners[0] and got.value.startswith(b"refresh-")
 
     async def test_aclose_twice(self, store: DecisionStore) -> None:
         """``aclose`` may be called twice (the fixture closes the store once more)."""

@@ -53,6 +53,15 @@ class ShelfStore:
     async def delete(self, key: bytes) -> None:  # corrupt entries, mode="record"
         self._shelf.pop(key, None)
 
+    async def replace(  # refreshes of stale entries: a compare-and-set
+        self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        current = self._live(key)
+        if current is not None and current.value != expected:
+            return current  # a newer decision is there: it stays
+        winner = self._shelf[key] = Entry(value, expires_at)
+        return winner
+
     async def prune(self) -> int:
         expired = [key for key in self._shelf if self._live(key) is None]
         for key in expired:

@@ -153,3 +153,27 @@ async def test_instrumenting_twice_is_refused_and_uninstrument_stops_spans(
     assert len(telemetry.spans.get_finished_spans()) == 1
     assert len(seen) == 2
     assert cache.on_compute == seen.append
+
+
+async def test_the_freshness_counters_are_exported(telemetry: Telemetry) -> None:
+    import asyncio
+
+    cache = DecisionCache(namespace="fresh", ttl=0.1, stale_while_revalidate=60)
+    telemetry.instrument(cache)
+
+    @cached_prediction(cache)
+    async def sentiment(text: str) -> str:
+        return "positive"
+
+    await sentiment("good")
+    await asyncio.sleep(0.15)
+    await sentiment("good")  # stale: served, one refresh
+    while cache.stats()["in_flight"]:  # noqa: ASYNC110 - a counter, with no event
+        await asyncio.sleep(0.005)
+    metrics = telemetry.metrics()
+    labels = {"asyncache.namespace": "fresh"}
+    assert metrics["asyncache.stale_hits"] == [(labels, 1)]
+    assert metrics["asyncache.refreshes"] == [(labels, 1)]
+    for name in ("refresh_failures", "stale_if_error_hits", "error_hits", "passes"):
+        assert metrics[f"asyncache.{name}"] == [(labels, 0)]
+    await cache.aclose()

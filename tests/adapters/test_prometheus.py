@@ -129,3 +129,23 @@ async def test_an_existing_compute_hook_is_kept(registry: Any) -> None:
     await _cached(cache, [])(3)
     assert len(seen) == 1
     await cache.aclose()
+
+
+async def test_the_freshness_counters_are_exported(registry: Any, scrape: Any) -> None:
+    import asyncio
+
+    cache = DecisionCache(ttl=0.1, stale_while_revalidate=60, namespace="fresh")
+    instrument(cache, registry=registry, name="fresh")
+    runs: list[int] = []
+    f = _cached(cache, runs)
+    await f(1)
+    await asyncio.sleep(0.15)
+    await f(1)  # stale: served, one refresh
+    while cache.stats()["in_flight"]:  # noqa: ASYNC110 - a counter, with no event
+        await asyncio.sleep(0.005)
+    samples = scrape()
+    assert samples[("asyncache_stale_hits_total", "fresh")] == 1
+    assert samples[("asyncache_refreshes_total", "fresh")] == 1
+    for name in ("refresh_failures", "stale_if_error_hits", "error_hits", "passes"):
+        assert samples[(f"asyncache_{name}_total", "fresh")] == 0
+    await cache.aclose()

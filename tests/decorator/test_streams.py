@@ -595,3 +595,39 @@ async def test_callers_that_miss_together_share_one_stream_live(store_url: str) 
         assert first.got == second.got == WORDS
         assert model.runs == 1
         assert cache.stats()["coalesced"] == 1
+
+
+@pytest.mark.parametrize("whose", ["cache", "function"])
+async def test_a_stale_stream_is_replayed_at_once_and_refreshed_once(whose: str) -> None:
+    # stale_while_revalidate through the stream door (the cache's, or the generator's
+    # own): the stale chunks at once, one refresh that collects the whole stream and
+    # replaces them.
+    window = {"stale_while_revalidate": 60.0}
+    cache = DecisionCache(open_store("memory://"), ttl=0.2, **(window if whose == "cache" else {}))
+    runs = 0
+
+    @cached_prediction(cache, **(window if whose == "function" else {}))
+    async def count(x: int) -> AsyncIterator[int]:
+        nonlocal runs
+        runs += 1
+        for i in range(3):
+            yield x + i + runs * 10
+
+    assert [c async for c in count(1)] == [11, 12, 13]
+    await asyncio.sleep(0.3)
+    stale = await asyncio.gather(*(_collect(count(1)) for _ in range(5)))
+    assert stale == [[11, 12, 13]] * 5
+    await until(lambda: cache.stats()["stores"] == 2)
+    assert [c async for c in count(1)] == [21, 22, 23]
+    stats = cache.stats()
+    assert (runs, stats["stale_hits"], stats["refreshes"], stats["refresh_failures"]) == (
+        2,
+        5,
+        1,
+        0,
+    )
+    await cache.aclose()
+
+
+async def _collect(stream: AsyncIterator[int]) -> list[int]:
+    return [chunk async for chunk in stream]

@@ -49,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lease-ttl", type=float, default=None, help="seconds; the cache's default when omitted"
     )
+    parser.add_argument("--ttl", type=float, default=None, help="the cache's ttl")
+    parser.add_argument(
+        "--stale-while-revalidate",
+        type=float,
+        default=0.0,
+        help="the cache's window; the process then also waits for its refreshes to land",
+    )
     return parser
 
 
@@ -93,6 +100,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         namespace="fleet",
         leases=True,
         **lease_options,
+        ttl=args.ttl,
+        stale_while_revalidate=args.stale_while_revalidate,
         # Generous: a store call timing out would (correctly) compute without a
         # lease, and a loaded test machine must not turn that into a failure.
         store_timeout=30.0,
@@ -117,6 +126,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watcher
+    deadline = time.monotonic() + BARRIER_TIMEOUT
+    while len(cache.engine.flights) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # a refresh of a stale entry still running
     decisions: dict[str, set[str]] = {}
     for result in results:
         decisions.setdefault(str(result["key"]), set()).add(result["nonce"])

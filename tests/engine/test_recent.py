@@ -114,7 +114,9 @@ def test_what_a_caller_made_is_handed_only_to_callers_asking_with_it() -> None:
     recent = RecentValues()
     stored = b"the stored bytes"
     recent.keep(b"k", stored, made([1, 2]), 0.5, 60.0, made)
-    assert recent.get(b"k", stored, made) == (("made", [1, 2]), 0.5, 60.0)
+    got = recent.get(b"k", stored, made)
+    assert got is not None
+    assert (got[0], got[1].saved, got[1].ttl) == (("made", [1, 2]), 0.5, 60.0)
     assert recent.get(b"k", stored) is None  # a decoding caller never gets it
     assert recent.get(b"k", stored, other) is None
     assert recent.get(b"k", b"the stored bytes!"[:-1], made) is None  # other bytes, equal value

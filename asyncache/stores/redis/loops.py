@@ -35,7 +35,7 @@ from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
 from .leases import LeaseKeys
 from .nodes import NodeHealth, read_per_node
-from .scripts import DELETE, RENEW, REPLACE
+from .scripts import DELETE, RENEW, REPLACE, SWAP
 from .url import Client
 
 __all__ = [
@@ -182,6 +182,7 @@ class Bound:
         self._held_busy = False
         self.renew = client.register_script(RENEW)
         self.replace = client.register_script(REPLACE)
+        self.swap = client.register_script(SWAP)
         self.delete = client.register_script(DELETE)
         self.invalidated = prefix + INVALIDATED
         """The channel ``clear`` and ``delete`` announce on."""

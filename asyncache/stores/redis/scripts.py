@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "DELETE", "RELEASE", "RENEW", "REPLACE"]
+__all__ = ["ACQUIRE", "DELETE", "RELEASE", "RENEW", "REPLACE", "SWAP"]
 
 RENEW = """
 local head = redis.call('GETRANGE', KEYS[1], 0, 8)
@@ -40,6 +40,25 @@ return false
 
 Unless another writer replaced it first; returns what is there instead, or nil.
 ARGV: the old stored bytes, the new ones, the new PXAT in ms (``""`` for none).
+"""
+
+SWAP = """
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 10) ~= ARGV[1] then return current end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
+end
+if current then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+return false
+"""
+"""Compare-and-set on the value after the 9-byte header (a renewal rewrites only the header).
+
+Stores the new entry if the key holds the expected value or nothing, and then
+tells other tiers to drop their copies of the old one; otherwise returns what is
+there. ARGV: the expected value, the new stored bytes, the new PXAT in ms (``""``
+for none), the invalidation channel, the key to announce.
 """
 
 ACQUIRE = """

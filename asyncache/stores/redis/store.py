@@ -386,6 +386,32 @@ class RedisStore:
             old = current
         return Entry(value, expires_at)
 
+    async def replace(
+        self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        """Store ``value`` if ``key`` still holds ``expected`` (or nothing); the winner.
+
+        One script on the key's own slot (so on a cluster too); a replaced entry
+        is announced, so that memory tiers in front drop their copies of it.
+        """
+        name = self.prefix + key
+        expires_at = expiry(expires_at)
+        expiry_ms: bytes | int = b"" if expires_at is None else pxat(expires_at)
+        bound = await self._bound()
+        async with bound.gate:
+            current = await bound.swap(
+                keys=[name],
+                args=[expected, pack(value, expires_at), expiry_ms, bound.invalidated, key],
+            )
+        self._written += 1
+        if current is None:
+            return Entry(value, expires_at)
+        existing = unpack(current, time.time())
+        if existing is None:  # expired by our clock, not yet by Redis's
+            return await self._replace_stale(bound, name, current, value, expires_at)
+        self._conflicts += 1
+        return existing
+
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Move a live entry's expiry (header and Redis's own); ``False`` when there is none."""
         expires_at = expiry(expires_at)

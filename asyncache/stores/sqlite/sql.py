@@ -32,6 +32,7 @@ __all__ = [
     "PRUNE_LEASES",
     "RELEASE",
     "RENEW",
+    "REPLACE",
     "SUMMARY",
     "TABLES",
     "USED_BYTES",
@@ -85,6 +86,13 @@ ENTRIES_AFTER = (
     f"SELECT key, value, expires_at FROM asyncache_entries WHERE key > ?2 AND {_LIVE} "
     "ORDER BY key LIMIT ?3"
 )
+# A compare-and-set: ?2..?4 the new row, ?5 the value it must still hold (or be expired).
+REPLACE = """INSERT INTO asyncache_entries (key, value, expires_at) VALUES (?2, ?3, ?4)
+ON CONFLICT (key) DO UPDATE SET
+    value = CASE WHEN value = ?5 OR expires_at <= ?1 THEN excluded.value ELSE value END,
+    expires_at = CASE WHEN value = ?5 OR expires_at <= ?1
+        THEN excluded.expires_at ELSE expires_at END
+RETURNING value, expires_at"""
 RENEW = f"UPDATE asyncache_entries SET expires_at = ?2 WHERE key = ?3 AND {_LIVE} RETURNING 1"
 DELETE = "DELETE FROM asyncache_entries WHERE key = ?1"
 COUNT = "SELECT count(*) FROM asyncache_entries"

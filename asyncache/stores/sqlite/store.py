@@ -38,6 +38,7 @@ from .sql import (
     GET_CHUNK,
     GET_ONE,
     RENEW,
+    REPLACE,
     insert_many,
     select_many,
     storable_expiry,
@@ -269,6 +270,19 @@ class SQLiteStore:
         """Drop ``key`` if present, and log it for the other processes' tiers."""
         await self._database.execute(DELETE, (key,))
         await self._drops.record(key)
+
+    async def replace(
+        self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
+    ) -> Entry:
+        """Store ``value`` if ``key`` still holds ``expected`` (or nothing live); the winner.
+
+        One upsert: a compare-and-set across every process on the file.
+        """
+        when = storable_expiry(expires_at)
+        rows = await self._database.execute(REPLACE, (time.time(), key, value, when, expected))
+        self.write_queries += 1
+        stored, stored_expiry = rows[0]
+        return Entry(stored, None if stored_expiry is None else float(stored_expiry))
 
     async def expired_at(self, key: bytes) -> float | None:
         """When the entry under ``key`` expired, if the file still holds it; else ``None``.

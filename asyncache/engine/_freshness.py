@@ -1,0 +1,194 @@
+"""Freshness: how long a stored decision is served, and what happens after its ttl.
+
+An entry's life, from the moment it is stored::
+
+    |-- fresh (ttl) --|-- stale-while-revalidate --|-- stale-if-error --|  gone
+                      ^ fresh-until                                     ^ stale-until
+
+- fresh: a hit;
+- stale-while-revalidate: a hit served at once, while one refresh runs as the
+  key's flight (one per process; one per fleet under a lease). The refresh
+  replaces the entry only if it is still the one it read (``replace``, a
+  compare-and-set on every store), so a late refresher never overwrites a
+  newer decision;
+- stale-if-error: a miss, but a computation that raises (a ``TimeoutError``
+  included) returns the stored decision instead of the error;
+- gone: the store no longer returns it.
+
+Stores keep an entry until stale-until (their ``expires_at``); the envelope
+carries both windows (``"w"``), so fresh-until is ``expires_at`` minus the two
+windows. An envelope without them (written by an older version, or without
+windows) is fresh until its store expiry, as before. Renewal (``renew_on_hit``)
+moves ``expires_at`` and so fresh-until with it; it only happens on fresh hits.
+
+A computation that raises one of ``cache_errors`` is stored as an error entry
+(``"x"``) for ``error_ttl`` seconds: within it, callers get the same exception
+type with the same message without running the model. Only the listed types
+are revived (by name, never by import), so a shared store cannot make a reader
+raise anything the reader did not list; cancellation, ``KeyboardInterrupt``,
+``SystemExit`` and store errors are never cached.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from contextvars import ContextVar
+from typing import Any, NamedTuple
+
+from ..errors import DecodeError, StoreError
+from ..stores.protocol import Entry
+
+__all__ = [
+    "ErrorHit",
+    "Freshness",
+    "StaleHit",
+    "error_name",
+    "fresh_until",
+    "overridden",
+    "revive_error",
+]
+
+
+class Freshness(NamedTuple):
+    """The freshness settings of a cache (or of one decorated function).
+
+    Attributes:
+        stale_while_revalidate: seconds after an entry's ttl during which a
+            lookup returns it at once and starts one refresh.
+        stale_if_error: seconds after that during which a computation that
+            raises or times out returns the stored decision instead.
+        jitter: a fraction in ``[0, 1)``: each stored ttl is drawn uniformly
+            from ``[ttl * (1 - jitter), ttl]``.
+        cache_errors: exception types remembered for ``error_ttl`` seconds.
+        error_ttl: seconds a cached error is raised again without computing.
+    """
+
+    stale_while_revalidate: float = 0.0
+    stale_if_error: float = 0.0
+    jitter: float = 0.0
+    cache_errors: tuple[type[BaseException], ...] = ()
+    error_ttl: float = 5.0
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        stale_while_revalidate: float = 0.0,
+        stale_if_error: float = 0.0,
+        jitter: float = 0.0,
+        cache_errors: tuple[type[BaseException], ...] | list[type[BaseException]] = (),
+        error_ttl: float = 5.0,
+    ) -> Freshness:
+        """The settings, validated.
+
+        Raises:
+            ValueError: a window is negative or not finite, ``jitter`` is
+                outside ``[0, 1)``, or ``error_ttl`` is not positive.
+            TypeError: ``cache_errors`` holds something that is not an
+                exception type, or one that must never be cached.
+        """
+        for name, seconds in (
+            ("stale_while_revalidate", stale_while_revalidate),
+            ("stale_if_error", stale_if_error),
+        ):
+            if not (math.isfinite(seconds) and seconds >= 0):
+                raise ValueError(f"{name} must be finite seconds >= 0, got {seconds!r}")
+        if not 0.0 <= jitter < 1.0:
+            raise ValueError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
+        if not (math.isfinite(error_ttl) and error_ttl > 0):
+            raise ValueError(f"error_ttl must be positive seconds, got {error_ttl!r}")
+        listed = tuple(cache_errors)
+        for kind in listed:
+            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                raise TypeError(f"cache_errors takes Exception subclasses, not {kind!r}")
+            if issubclass(kind, StoreError):
+                raise TypeError("store errors are never cached: drop StoreError from cache_errors")
+        return cls(float(stale_while_revalidate), float(stale_if_error), jitter, listed, error_ttl)
+
+    @property
+    def windows(self) -> tuple[float, float] | None:
+        """The two windows an envelope records, or ``None`` when both are zero."""
+        if self.stale_while_revalidate or self.stale_if_error:
+            return (self.stale_while_revalidate, self.stale_if_error)
+        return None
+
+    def spread(self, ttl: float) -> float:
+        """``ttl`` drawn from ``[ttl * (1 - jitter), ttl]`` (itself without jitter)."""
+        if not self.jitter:
+            return ttl
+        return ttl * (1.0 - self.jitter * random.random())
+
+    def caches(self, error: BaseException) -> bool:
+        """Whether ``error`` is one of the types to remember (never a store error)."""
+        return (
+            bool(self.cache_errors)
+            and isinstance(error, self.cache_errors)
+            and not isinstance(error, StoreError)
+        )
+
+
+overridden: ContextVar[Freshness | None] = ContextVar("asyncache_freshness", default=None)
+"""The settings of the decorated function whose miss is being computed, when it has its
+own (``@cached_prediction(stale_while_revalidate=...)``). A context variable, because the
+miss runs in a flight task started from the caller's context: the settings reach the
+store write without a parameter on every step of the one path in between. Hits read
+the windows from the entry itself and never look here."""
+
+
+def fresh_until(entry: Entry, windows: float) -> float | None:
+    """When ``entry`` stops being fresh: its store expiry less the windows it was kept for."""
+    expires_at = entry.expires_at
+    return None if expires_at is None else expires_at - windows
+
+
+class StaleHit(Exception):
+    """Raised by ``Engine.hit`` for an entry past its ttl: the caller decides.
+
+    Attributes:
+        value: the stored decision, ready for the caller.
+        entry: the entry read (a refresh replaces it only if it is still there).
+        revalidate: ``True`` within stale-while-revalidate (serve it, refresh);
+            ``False`` within stale-if-error (compute; serve it if that fails).
+    """
+
+    def __init__(self, value: Any, entry: Entry, *, revalidate: bool) -> None:
+        super().__init__("stale")
+        self.value = value
+        self.entry = entry
+        self.revalidate = revalidate
+
+    def usable(self) -> bool:
+        """Whether the entry is still within its last window (a fallback may be served)."""
+        expires_at = self.entry.expires_at
+        return expires_at is None or time.time() < expires_at
+
+
+class ErrorHit(Exception):
+    """Raised by ``Engine.hit`` for a cached error: ``error`` is what the caller raises."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__("cached error")
+        self.error = error
+
+
+def error_name(kind: type[BaseException]) -> str:
+    """How a cached error's type is written: ``module.qualname``."""
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def revive_error(stored: tuple[str, str], listed: tuple[type[BaseException], ...]) -> BaseException:
+    """The exception a cached error entry stands for, made from the listed types only.
+
+    Raises:
+        DecodeError: its type is not listed (any more) or cannot be made from a message.
+    """
+    name, message = stored
+    for kind in listed:
+        if error_name(kind) == name:
+            try:
+                return kind(message)
+            except Exception as exc:
+                raise DecodeError(f"cached error {name} cannot be rebuilt: {exc!r}") from None
+    raise DecodeError(f"cached error of type {name}, which cache_errors does not list")

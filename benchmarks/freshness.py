@@ -1,0 +1,262 @@
+"""A hot key at its expiry across a fleet: model runs and latency, with and without SWR.
+
+Run: ``.venv/bin/python benchmarks/freshness.py`` (``--quick`` for fewer rounds,
+``--json PATH`` to write the table as JSON, ``--store URL`` to use a store of
+your own instead of a private redis-server on a free port).
+
+Four processes (``--processes``) share one Redis, each with a ``DecisionCache``
+with leases on (one computation per fleet) and ``@cached_prediction``. Before
+each round the key's decision is stored and left to expire; then, at the same
+wall-clock instant, every process sends 64 concurrent identical requests
+(``--requests``) for it: 256 callers at the moment of expiry. The model takes
+a fixed 100 ms (``--model-ms``; an awaited sleep standing for a remote or
+offloaded forward pass, so that the processes do not compete for the CPUs).
+
+- without ``stale_while_revalidate``: the entry is gone; one process takes the
+  lease and computes, and every caller in the fleet waits for that decision;
+- with ``stale_while_revalidate``: every caller gets the stale decision at
+  once, and one refresh runs for the fleet (under the lease) in the background.
+
+Model runs are counted per expiry (each round), once every refresh has landed.
+Latency is each request's time from the burst's start to its answer, pooled
+over the rounds. Target with SWR: one model run per expiry and a p99 at hit
+latency (far below a model run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+# Importing _common also puts the checkout's root on sys.path, for asyncache.
+from _common import ROOT, start_redis
+from fleet import START_DELAY, _announce_ready, _percentile, _print, _single_model_run
+
+NAMESPACE = "freshness-bench"
+
+
+def _cache(store: str, *, swr: float, ttl: float) -> Any:
+    from asyncache import DecisionCache, open_store
+
+    return DecisionCache(
+        open_store(store),
+        namespace=NAMESPACE,
+        ttl=ttl,
+        stale_while_revalidate=swr,
+        leases=True,
+        lease_ttl=10.0,
+        store_timeout=5.0,
+    )
+
+
+def _predictor(cache: Any, runs: Path | None, model_seconds: float) -> Any:
+    from asyncache import cached_prediction
+
+    @cached_prediction(cache, namespace="hot")
+    async def predict(key: str) -> dict[str, Any]:
+        if runs is not None:
+            # O_APPEND writes of one short line are atomic: the shared count of model runs.
+            descriptor = os.open(runs, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            try:
+                os.write(descriptor, f"{os.getpid()}\n".encode())
+            finally:
+                os.close(descriptor)
+        await asyncio.sleep(model_seconds)
+        return {"key": key, "label": "approve", "by": os.getpid()}
+
+    return predict
+
+
+# -- one process of the fleet ---------------------------------------------------
+
+
+async def _worker(args: argparse.Namespace) -> dict[str, Any]:
+    cache = _cache(args.store, swr=args.swr, ttl=60.0)
+    predict = _predictor(cache, Path(args.runs), args.model_ms / 1000)
+    # Fill the connection pool before the burst, as a serving process's would be.
+    await asyncio.gather(*[cache.store.get(b"\x00" * 16) for _ in range(args.requests)])
+    start_at = await asyncio.to_thread(_announce_ready, args)
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    started = time.perf_counter()
+
+    async def one() -> float:
+        await predict(args.key)
+        return time.perf_counter() - started
+
+    latencies = await asyncio.gather(*[one() for _ in range(args.requests)])
+    while cache.stats()["in_flight"]:  # noqa: ASYNC110 - the refresh, when one runs here, lands
+        await asyncio.sleep(0.005)
+    stats = cache.stats()
+    await cache.aclose()
+    return {
+        "latencies": list(latencies),
+        "stale_hits": stats["stale_hits"],
+        "lease_waits": stats["lease_waits"],
+        "errors": stats["errors"],
+    }
+
+
+# -- the parent -------------------------------------------------------------------
+
+
+def _seed(store: str, key: str, *, swr: float) -> None:
+    """Store the key's decision with a ttl that runs out before the burst."""
+
+    async def seed() -> None:
+        cache = _cache(store, swr=swr, ttl=START_DELAY / 5)
+        await _predictor(cache, None, 0.0)(key)
+        await cache.aclose()
+
+    asyncio.run(seed())
+
+
+def _round(
+    store: str, *, swr: float, processes: int, requests: int, model_ms: float, workdir: Path
+) -> dict[str, Any]:
+    """One expiry: every process's latencies, and how many times the model ran."""
+    round_dir = Path(tempfile.mkdtemp(dir=workdir))
+    key = uuid.uuid4().hex
+    go = round_dir / "go"
+    _seed(store, key, swr=swr)
+    children = []
+    for index in range(processes):
+        command = [sys.executable, __file__, "--worker", "--store", store, "--key", key]
+        command += ["--requests", str(requests), "--model-ms", str(model_ms), "--swr", str(swr)]
+        command += ["--runs", str(round_dir / "runs"), "--go", str(go)]
+        command += ["--ready", str(round_dir / f"{index}.ready")]
+        command += ["--out", str(round_dir / f"{index}.json")]
+        children.append(
+            subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not all((round_dir / f"{i}.ready").exists() for i in range(processes)):
+            for child in children:
+                if child.poll() is not None:
+                    output = child.communicate()[0].decode(errors="replace")
+                    raise RuntimeError(f"a worker exited early:\n{output}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the workers did not get ready in 120 s")
+            time.sleep(0.01)
+        announce = round_dir / "go.tmp"
+        announce.write_text(repr(time.time() + START_DELAY))
+        announce.rename(go)
+        for child in children:
+            output = child.communicate(timeout=300)[0].decode(errors="replace")
+            if child.returncode != 0:
+                raise RuntimeError(f"a worker failed:\n{output}")
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    reports = [json.loads((round_dir / f"{i}.json").read_text()) for i in range(processes)]
+    runs_file = round_dir / "runs"
+    return {
+        "runs": len(runs_file.read_text().split()) if runs_file.exists() else 0,
+        "latencies": [latency for report in reports for latency in report["latencies"]],
+        "stale_hits": sum(report["stale_hits"] for report in reports),
+        "errors": sum(report["errors"] for report in reports),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", help="a shared store URL (default: a private redis-server)")
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=64, help="per process")
+    parser.add_argument("--model-ms", type=float, default=100.0)
+    parser.add_argument("--rounds", type=int, default=10, help="expiries per mode")
+    parser.add_argument("--quick", action="store_true", help="3 rounds per mode")
+    parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--swr", type=float, default=0.0, help=argparse.SUPPRESS)
+    for hidden in ("--key", "--runs", "--ready", "--go", "--out"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        report = asyncio.run(_worker(args))
+        Path(args.out).write_text(json.dumps(report))
+        return 0
+
+    rounds = 3 if args.quick else args.rounds
+    single = _single_model_run(args.model_ms)
+    modes = (0.0, 60.0)
+    results: dict[float, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory(prefix="asyncache-freshness-") as tmp:
+        workdir = Path(tmp)
+        server = None
+        store = args.store
+        if store is None:
+            server = start_redis(workdir)
+            if server is None:
+                raise SystemExit("redis-server is not on PATH: install it, or pass --store URL")
+            store = f"{server.url}?prefix=freshness-bench:{uuid.uuid4().hex[:8]}:"
+        try:
+            for _ in range(rounds):
+                for swr in modes:  # interleaved: a slow moment of the machine hits both
+                    results[swr].append(
+                        _round(
+                            store,
+                            swr=swr,
+                            processes=args.processes,
+                            requests=args.requests,
+                            model_ms=args.model_ms,
+                            workdir=workdir,
+                        )
+                    )
+        finally:
+            if server is not None:
+                server.stop()
+
+    rows = []
+    for swr in modes:
+        expiries = results[swr]
+        latencies = [latency for expiry in expiries for latency in expiry["latencies"]]
+        runs = [expiry["runs"] for expiry in expiries]
+        rows.append(
+            {
+                "stale_while_revalidate": f"{swr:g} s" if swr else "off",
+                "model runs per expiry (max)": max(runs),
+                "model runs per expiry (mean)": round(statistics.fmean(runs), 2),
+                "p50 ms": round(_percentile(latencies, 0.5) * 1000, 1),
+                "p99 ms": round(_percentile(latencies, 0.99) * 1000, 1),
+                "p99 / model run": round(_percentile(latencies, 0.99) / single, 3),
+                "stale hits per expiry": round(
+                    statistics.fmean(expiry["stale_hits"] for expiry in expiries), 1
+                ),
+                "store errors": sum(expiry["errors"] for expiry in expiries),
+            }
+        )
+    total = args.processes * args.requests
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    document = {
+        "title": f"A hot key at its expiry: {total} callers across {args.processes} processes",
+        "columns": list(rows[0]),
+        "rows": rows,
+        "notes": [
+            f"{rounds} expiries per mode (interleaved), a fresh key each; leases on; the store: "
+            f"{'a private redis-server' if args.store is None else args.store.split('?')[0]}; "
+            f"{os.cpu_count()} CPUs, load average {load:.1f} at the end.",
+            f"A single model run (median, alone): {single * 1000:.1f} ms. Latency is from the "
+            "burst's instant to each caller's answer, over every caller of every expiry.",
+        ],
+    }
+    _print(document)
+    if args.json:
+        Path(args.json).write_text(json.dumps(document, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

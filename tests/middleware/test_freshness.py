@@ -1,0 +1,129 @@
+"""Freshness through the middleware: stale hits, the app's own stale-* directives,
+hit-for-pass.
+
+- A stale hit is answered at once with ``X-Cache: stale`` and ``Cache-Status:
+  ...; hit; fwd=stale``, and the app runs once in the background to refresh it.
+- ``Cache-Control: stale-while-revalidate=N, stale-if-error=N`` on a response
+  sets the windows it is kept for, capped by the settings.
+- An uncacheable answer is remembered for ``pass_ttl``: identical requests in
+  that time go straight to the app instead of queuing behind a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from asyncache import DecisionCache, MemoryStore
+from asyncache.codec import decode
+from asyncache.middleware import DecisionCacheMiddleware
+from asyncache.stores.sqlite import SQLiteStore
+
+from ..support import until
+from . import Answer, RecordingApp, call, uvicorn_serving
+
+TTL = 0.2
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_stale_hit_is_answered_at_once_and_refreshed_once(
+    kind: str, tmp_path: Path
+) -> None:
+    store = MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "cache.db")
+    cache = DecisionCache(store, ttl=TTL, stale_while_revalidate=60)
+    app = RecordingApp()
+    middleware = DecisionCacheMiddleware(app, cache=cache, cache_status=True)
+    first = await call(middleware, body=b'{"text": "a"}')
+    assert first.cache == "miss"
+    await until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
+    await asyncio.sleep(TTL * 1.5)
+    app.gate = asyncio.Event()  # the refresh's run is held: no request may wait for it
+    stale = await asyncio.wait_for(
+        asyncio.gather(*(call(middleware, body=b'{"text": "a"}') for _ in range(20))), 30
+    )
+    assert {(r.status, r.cache, r.body) for r in stale} == {(200, "stale", first.body)}
+    assert {r.header("cache-status") for r in stale} == {"asyncache; hit; fwd=stale"}
+    await until(lambda: app.calls == 2, "the refresh runs the app")
+    app.gate.set()
+    await until(lambda: cache.stats()["stores"] == 2, "the refresh is stored")
+    fresh = await call(middleware, body=b'{"text": "a"}')
+    assert (fresh.cache, app.calls) == ("hit", 2)
+    assert cache.stats()["stale_hits"] == 20 and cache.stats()["refreshes"] == 1
+    await cache.aclose()
+
+
+async def test_the_apps_stale_directives_set_the_windows_capped_by_the_settings() -> None:
+    store = MemoryStore()
+    cache = DecisionCache(store, ttl=60, stale_while_revalidate=100, stale_if_error=10)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"cache-control", b"public, stale-while-revalidate=30, stale-if-error=3600"),
+    ]
+    app = RecordingApp(Answer(headers=headers))
+    middleware = DecisionCacheMiddleware(app, cache=cache)
+    await call(middleware, body=b'{"text": "b"}')
+    await until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
+    [(key, entry)] = list(store._data.items())
+    decoded = decode(entry.value, key=key)
+    # 30 asked and allowed; 3600 asked, 10 allowed.
+    assert (decoded.stale_while_revalidate, decoded.stale_if_error) == (30.0, 10.0)
+    assert entry.expires_at is not None
+    assert entry.expires_at == pytest.approx(decoded.created_at + 60 + 30 + 10)
+    await cache.aclose()
+
+
+async def test_the_middlewares_own_windows_override_the_caches() -> None:
+    store = MemoryStore()
+    cache = DecisionCache(store, ttl=60)
+    app = RecordingApp()
+    middleware = DecisionCacheMiddleware(app, cache=cache, stale_while_revalidate=20)
+    await call(middleware, body=b'{"text": "c"}')
+    await until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
+    [(key, entry)] = list(store._data.items())
+    assert decode(entry.value, key=key).stale_while_revalidate == 20.0
+    assert entry.expires_at is not None and entry.expires_at - time.time() > 70
+    await cache.aclose()
+
+
+async def test_hit_for_pass_sends_followers_of_a_private_answer_straight_to_the_app() -> None:
+    cache = DecisionCache()
+    private = [(b"content-type", b"application/json"), (b"cache-control", b"private")]
+    app = RecordingApp(Answer(headers=private))
+    middleware = DecisionCacheMiddleware(app, cache=cache, pass_ttl=60)
+    async with uvicorn_serving(middleware) as url, httpx.AsyncClient(base_url=url) as client:
+        first = await client.post("/", json={"text": "d"})
+        assert first.headers["x-cache"] == "miss"
+        # The answer was private: the next identical requests do not queue behind a run;
+        # each goes to the app at once, all of them in the app together.
+        app.gate = asyncio.Event()
+        requests = [asyncio.create_task(client.post("/", json={"text": "d"})) for _ in range(5)]
+        await until(lambda: app.entered == 6, "every request reached the app")
+        app.gate.set()
+        answers = await asyncio.gather(*requests)
+    assert {r.headers["x-cache"] for r in answers} == {"miss"}
+    assert cache.stats()["passes"] == 5
+    assert cache.stats()["coalesced"] == 0
+    await cache.aclose()
+
+
+async def test_without_hit_for_pass_followers_queue_behind_the_run() -> None:
+    # The counterpart: pass_ttl=0 remembers nothing, so a second wave joins one run and
+    # only learns when it ends that the answer was not theirs to share.
+    cache = DecisionCache()
+    private = [(b"content-type", b"application/json"), (b"cache-control", b"private")]
+    app = RecordingApp(Answer(headers=private))
+    middleware = DecisionCacheMiddleware(app, cache=cache, pass_ttl=0)
+    await call(middleware, body=b'{"text": "e"}')
+    app.gate = asyncio.Event()
+    requests = [asyncio.create_task(call(middleware, body=b'{"text": "e"}')) for _ in range(5)]
+    await until(lambda: app.entered == 2, "one run started")
+    await asyncio.sleep(0.05)
+    assert app.entered == 2  # the others wait on that run
+    app.gate.set()
+    await asyncio.gather(*requests)
+    assert cache.stats()["passes"] == 0
+    await cache.aclose()
