@@ -33,7 +33,6 @@ the response); a follower's when its response is sent.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from typing import Any
 
@@ -54,7 +53,7 @@ from ..stats import RateLimitedLog
 from .apprun import AppRunner
 from .capture import response_broadcast
 from .request import RequestHead, request_inputs
-from .response import InvalidEntry, Replay
+from .response import InvalidEntry, Replay, hook_agrees
 from .settings import ExchangeSettings, OnHit
 from .types import Receive, Scope, Send
 
@@ -233,14 +232,7 @@ class Exchange:
     async def _hit_allowed(self) -> bool:
         on_hit = self.settings.on_hit
         assert on_hit is not None
-        try:
-            verdict = on_hit(self.scope)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
-        except Exception as exc:
-            _log.warning("on_hit", "asyncache: the on_hit hook raised %r; calling the app", exc)
-            return False
-        return verdict is not False
+        return await hook_agrees(on_hit, self.scope, name="on_hit", otherwise="calling the app")
 
     # -- following a run ------------------------------------------------------------
 

@@ -406,12 +406,22 @@ def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Re
     return ready
 
 
-async def admitted(hook: AdmitResponse, scope: Scope, response: StoredResponse) -> bool:
+async def hook_agrees(hook: Callable[..., Any], *args: Any, name: str, otherwise: str) -> bool:
+    """Whether a user's hook (sync or async) agrees: anything but ``False`` does.
+
+    A hook that raises disagrees, logged at a bounded rate as ``otherwise``
+    (what the middleware does instead): the cache never fails a request.
+    """
     try:
-        verdict = hook(scope, response)
+        verdict = hook(*args)
         if inspect.isawaitable(verdict):
             verdict = await verdict
     except Exception as exc:
-        _log.warning("admit", "asyncache: the middleware's admit hook raised %r; not storing", exc)
+        _log.warning(name, "asyncache: the %s hook raised %r; %s", name, exc, otherwise)
         return False
     return verdict is not False
+
+
+async def admitted(hook: AdmitResponse, scope: Scope, response: StoredResponse) -> bool:
+    """The middleware's ``admit`` hook's verdict on ``response``."""
+    return await hook_agrees(hook, scope, response, name="admit", otherwise="not storing")
