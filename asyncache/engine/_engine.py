@@ -306,13 +306,14 @@ class Engine:
         if entry is None:
             return MISS
         # The hot case of ``hit``, without its call: what was handed out before from
-        # these very bytes, handed out as it is (a scalar, or what ``made`` made).
+        # these very bytes, handed out again (as it is: a scalar, or what ``made`` made;
+        # or a shallow copy: a list or dict of scalars).
         known = self.recent.records.get(key)
         if (
             known is not None
             and known.value is entry.value
             and known.made is made
-            and known.copy is same
+            and (copy := known.copy) is not None
             # Past its ttl (it was kept for its stale windows): get_or_compute decides.
             and not (
                 known.windows
@@ -325,7 +326,7 @@ class Engine:
             stats.compute_seconds_saved += known.saved
             if self.renew_on_hit:
                 self.maybe_renew(key, entry, known.ttl, known.windows)
-            return known.result
+            return known.result if copy is same else copy(known.result)
         try:
             return self.hit(key, entry, made)
         except Exception:
