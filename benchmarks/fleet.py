@@ -109,6 +109,41 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
 # -- the parent -------------------------------------------------------------------
 
 
+def _run_workers(commands: list[list[str]], round_dir: Path, go: Path) -> list[dict[str, Any]]:
+    """Start one worker process per command, wait until each wrote ``<i>.ready`` in
+    ``round_dir``, tell them all one start time through ``go``, and return each one's
+    ``<i>.json`` report."""
+    children = [
+        subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for command in commands
+    ]
+    count = len(children)
+    try:
+        deadline = time.monotonic() + 120
+        while not all((round_dir / f"{i}.ready").exists() for i in range(count)):
+            for child in children:
+                if child.poll() is not None:
+                    output = child.communicate()[0].decode(errors="replace")
+                    raise RuntimeError(f"a worker exited early:\n{output}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the workers did not get ready in 120 s")
+            time.sleep(0.01)
+        # Written aside and renamed: a worker never reads a half-written file.
+        announce = round_dir / "go.tmp"
+        announce.write_text(repr(time.time() + START_DELAY))
+        announce.rename(go)
+        for child in children:
+            output = child.communicate(timeout=300)[0].decode(errors="replace")
+            if child.returncode != 0:
+                raise RuntimeError(f"a worker failed:\n{output}")
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    return [json.loads((round_dir / f"{i}.json").read_text()) for i in range(count)]
+
+
 def _burst(
     store: str, *, leases: bool, processes: int, requests: int, model_ms: float, workdir: Path
 ) -> dict[str, Any]:
@@ -116,7 +151,7 @@ def _burst(
     round_dir = Path(tempfile.mkdtemp(dir=workdir))
     key = uuid.uuid4().hex
     go = round_dir / "go"
-    children = []
+    commands: list[list[str]] = []
     for index in range(processes):
         command = [
             sys.executable,
@@ -141,33 +176,8 @@ def _burst(
         ]
         if leases:
             command.append("--leases")
-        children.append(
-            subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while not all((round_dir / f"{i}.ready").exists() for i in range(processes)):
-            for child in children:
-                if child.poll() is not None:
-                    output = child.communicate()[0].decode(errors="replace")
-                    raise RuntimeError(f"a worker exited early:\n{output}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("the workers did not get ready in 120 s")
-            time.sleep(0.01)
-        # Written aside and renamed: a worker never reads a half-written file.
-        announce = round_dir / "go.tmp"
-        announce.write_text(repr(time.time() + START_DELAY))
-        announce.rename(go)
-        for child in children:
-            output = child.communicate(timeout=300)[0].decode(errors="replace")
-            if child.returncode != 0:
-                raise RuntimeError(f"a worker failed:\n{output}")
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.communicate()
-    reports = [json.loads((round_dir / f"{i}.json").read_text()) for i in range(processes)]
+        commands.append(command)
+    reports = _run_workers(commands, round_dir, go)
     return {
         "runs": len((round_dir / "runs").read_text().split()),
         "latencies": [latency for report in reports for latency in report["latencies"]],

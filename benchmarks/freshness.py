@@ -30,7 +30,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 # Importing _common also puts the checkout's root on sys.path, for asyncache.
-from _common import ROOT, start_redis
-from fleet import START_DELAY, _announce_ready, _percentile, _print, _single_model_run
+from _common import start_redis
+from fleet import START_DELAY, _announce_ready, _percentile, _print, _run_workers, _single_model_run
 
 NAMESPACE = "freshness-bench"
 
@@ -128,39 +127,15 @@ def _round(
     key = uuid.uuid4().hex
     go = round_dir / "go"
     _seed(store, key, swr=swr)
-    children = []
+    commands: list[list[str]] = []
     for index in range(processes):
         command = [sys.executable, __file__, "--worker", "--store", store, "--key", key]
         command += ["--requests", str(requests), "--model-ms", str(model_ms), "--swr", str(swr)]
         command += ["--runs", str(round_dir / "runs"), "--go", str(go)]
         command += ["--ready", str(round_dir / f"{index}.ready")]
         command += ["--out", str(round_dir / f"{index}.json")]
-        children.append(
-            subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while not all((round_dir / f"{i}.ready").exists() for i in range(processes)):
-            for child in children:
-                if child.poll() is not None:
-                    output = child.communicate()[0].decode(errors="replace")
-                    raise RuntimeError(f"a worker exited early:\n{output}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("the workers did not get ready in 120 s")
-            time.sleep(0.01)
-        announce = round_dir / "go.tmp"
-        announce.write_text(repr(time.time() + START_DELAY))
-        announce.rename(go)
-        for child in children:
-            output = child.communicate(timeout=300)[0].decode(errors="replace")
-            if child.returncode != 0:
-                raise RuntimeError(f"a worker failed:\n{output}")
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.communicate()
-    reports = [json.loads((round_dir / f"{i}.json").read_text()) for i in range(processes)]
+        commands.append(command)
+    reports = _run_workers(commands, round_dir, go)
     runs_file = round_dir / "runs"
     return {
         "runs": len(runs_file.read_text().split()) if runs_file.exists() else 0,

@@ -163,6 +163,8 @@ def _prepare_when_free(
                 raise
         else:
             return
+        # A blocking sleep is right here: opening runs on an anyio worker thread
+        # (connection.Database._open), never on an event loop.
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
 
