@@ -91,7 +91,7 @@ class AppRunner:
         settings.stats.outcomes["miss"] += 1
         started = time.perf_counter()
         self.app = run = AppRun()
-        capture = settings.capture(broadcast, self.scope, self._finish)
+        run.capture = capture = settings.capture(broadcast, self.scope, self._finish, hold=True)
         receive = LeaderReceive(self.receive, broadcast)
         run.task = spawn(self._run_app(run, capture, receive, broadcast))
         try:
@@ -117,6 +117,7 @@ class AppRunner:
         try:
             await self.settings.app(self.scope, receive, capture)
         except BaseException as exc:
+            await capture.flush()  # what the app sent reaches its clients before its end
             if is_cancellation(exc):
                 run.settle(error=cancelled("the app was cancelled"))
                 raise
@@ -128,6 +129,7 @@ class AppRunner:
                 # The app ended without a whole response.
                 self.settings.stats.not_admitted("incomplete")
                 run.settle(Unshared(None))
+            await capture.flush()
             broadcast.end()
             run.finished.set()
 
@@ -162,9 +164,25 @@ class AppRunner:
             stats.not_admitted(f"invalid_{invalid}")
             run.settle(Unshared(None))
             return
+        run.stored = value
         run.freshness = self._freshness(seen)
         # A response that gives its own lifetime is kept for what is left of it.
         run.settle(value if left is None else Fresh(value, left))
+
+    async def release(self, decision: Any) -> None:
+        """Send the response the run holds: ``decision`` (what the store kept) or its own.
+
+        ``decision`` is the engine's answer for the run, ``None`` when it failed.
+        """
+        run = self.app
+        if run is not None and run.capture is not None:
+            await run.capture.release(decision, run.stored)
+
+    def abandon(self) -> None:
+        """The run was cancelled: what it holds is sent to nobody."""
+        run = self.app
+        if run is not None and run.capture is not None:
+            run.capture.abandon()
 
     def _freshness(self, seen: HttpFreshness) -> Freshness | None:
         """These routes' settings, with the windows the response asks for (capped by them)."""
@@ -246,7 +264,17 @@ class LeaderReceive:
 class AppRun:
     """One run of the app by a leader: when its response is complete, and when it ends."""
 
-    __slots__ = ("error", "finished", "freshness", "response", "response_error", "task", "value")
+    __slots__ = (
+        "capture",
+        "error",
+        "finished",
+        "freshness",
+        "response",
+        "response_error",
+        "stored",
+        "task",
+        "value",
+    )
 
     def __init__(self) -> None:
         self.response = new_event()
@@ -260,6 +288,9 @@ class AppRun:
         self.task: Any = None
         self.freshness: Freshness | None = None
         """The windows this response is kept for, when they are not the cache's."""
+        self.capture: ResponseCapture | None = None
+        self.stored: Any = None
+        """The response's stored form, once it may be stored: what the run adds."""
 
     def settle(self, value: Any = None, *, error: BaseException | None = None) -> None:
         """Hand the engine the outcome (the first one only)."""

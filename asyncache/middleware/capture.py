@@ -1,8 +1,17 @@
-"""The app's ``send`` on a miss: every message goes to the broadcast at once, a copy may be stored.
+"""The app's ``send`` on a miss: every message goes to the broadcast, a copy may be stored.
 
-Nothing is held back: the start message goes out as the app sends it, and
-whether the response may be stored (``refusal``) or shared live with waiting
-requests (``shareable``) is decided from it and from the body as it passes.
+Whether the response may be stored (``refusal``) or shared live with waiting
+requests (``shareable``) is decided from its start message and from the body
+as it passes.
+
+A whole response in one body message (what a buffered, non-streamed response
+is) is held until the store has decided (``hold``, on a run the engine
+stores): another process may have stored its own answer first, and then that
+one, not this run's, is what this run's clients get (``release``), as a
+decorator caller whose ``add`` lost gets the stored decision. The start
+message waits only for the app's next message: if the app suspends first (a
+streamed response, a server-sent event), the start goes out at once, and the
+streamed clients keep what they were sent.
 
 ``finish(response, reason)`` runs once: with the whole response when it may
 be stored (after the last body message was handed on and the ``admit`` hook
@@ -15,10 +24,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Collection
+from typing import Any
 
-from ..engine import Broadcast
+from ..engine import Broadcast, new_event, spawn
 from .freshness import freshness
-from .response import AdmitResponse, StoredResponse, admitted, refusal, shareable
+from .response import AdmitResponse, Replay, StoredResponse, admitted, refusal, shareable
 from .types import Headers, Message, Scope
 
 __all__ = ["Finish", "ResponseCapture", "ResponseFraming", "response_broadcast"]
@@ -84,6 +94,8 @@ class ResponseCapture:
         limit: the largest body that may be stored.
         admit: the user's hook, or ``None``.
         finish: called once with the outcome.
+        hold: hold a whole response until ``release`` (a run whose answer the
+            engine stores, and may find another process's decision instead).
     """
 
     __slots__ = (
@@ -92,12 +104,16 @@ class ResponseCapture:
         "_finish",
         "_finished",
         "_headers",
+        "_held",
+        "_hold",
         "_keyed",
         "_limit",
+        "_released",
         "_scope",
         "_status",
         "_statuses",
         "_storing",
+        "_whole",
     )
 
     def __init__(
@@ -110,6 +126,7 @@ class ResponseCapture:
         limit: int,
         admit: AdmitResponse | None,
         finish: Finish,
+        hold: bool = False,
     ) -> None:
         self._broadcast = broadcast
         self._scope = scope
@@ -122,15 +139,30 @@ class ResponseCapture:
         self._finished = False
         self._status = 0
         self._headers: Headers = []
+        self._hold = hold
+        self._held: Message | None = None
+        """The start message, until the app's next message tells whether the body is whole."""
+        self._whole: list[Message] = []
+        """A whole response (start, body) waiting for ``release``."""
+        self._released = new_event()
 
     @property
     def finished(self) -> bool:
         """Whether ``finish`` ran."""
         return self._finished
 
+    @property
+    def holding(self) -> bool:
+        """Whether a whole response waits for ``release``."""
+        return bool(self._whole) and not self._released.is_set()
+
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
         broadcast = self._broadcast
+        if self._held is not None:
+            if kind == "http.response.body" and await self._hold_whole(message):
+                return
+            await self.flush()
         # The run keeps messages of its own: an app may change a message it sent (reuse
         # it for the next chunk), and what is stored and shared must be what it sent.
         if kind == "http.response.body":
@@ -162,6 +194,11 @@ class ResponseCapture:
                 self._storing = True
                 self._status = message["status"]
                 self._headers = list(message.get("headers", ()))
+                if self._hold and not message.get("trailers", False):
+                    # Held only until the app suspends: a streamed start goes out then.
+                    self._held = message
+                    spawn(self.flush())
+                    return
             else:
                 await self._done(None, reason)
             await broadcast.push(message)
@@ -173,13 +210,71 @@ class ResponseCapture:
         # An extension's message (debug, push, ...): handed on in the order the app sent it.
         await broadcast.push(message)
 
-    async def _store(self) -> None:
+    async def _hold_whole(self, message: Message) -> bool:
+        """Hold ``message`` with the start when it ends a response that may be stored.
+
+        The app's ``send`` then returns once ``release`` sent what the store kept.
+        """
+        chunk = message.get("body", b"")
+        if message.get("more_body", False) or len(chunk) > self._broadcast.keep_limit:
+            return False
+        start, self._held = self._held, None
+        assert start is not None
+        if type(chunk) is not bytes:
+            chunk = bytes(chunk)  # the app may reuse its buffer
+        self._whole = [start, {**message, "body": chunk}]
+        await self._store(chunk)
+        await self._released.wait()
+        return True
+
+    async def flush(self) -> None:
+        """Send the held start message: the app suspended, sent something else, or ended.
+
+        Never suspends (a start message does not pace the app), so it may run
+        while the run is being cancelled.
+        """
+        start, self._held = self._held, None
+        if start is not None and not self._broadcast.ended:
+            try:
+                await self._broadcast.push(start)
+            except OSError:
+                pass  # nobody reads any more: the app learns it from its next send
+
+    async def release(self, stored: Any, own: Any) -> None:
+        """Send the held response, or the one the store kept instead of it.
+
+        ``stored`` is the engine's answer for this run (the decision that won
+        the store's ``add``, or ``None``); ``own`` is this run's stored form.
+        Another process's answer replaces the held one; so does nothing else
+        (a refusal, a store that failed: this run's answer stands).
+        """
+        if not self.holding:
+            return
+        messages = self._whole
+        if stored is not None and own is not None and stored != own:
+            start, body = Replay.of(stored, head=self._scope.get("method") == "HEAD").messages(())
+            messages = [start, body]
+        try:
+            for message in messages:
+                await self._broadcast.push(message, len(message.get("body", b"")))
+        except OSError:
+            pass  # every client went away; the app's send says nothing of it
+        finally:
+            self._released.set()
+
+    def abandon(self) -> None:
+        """Let the app's ``send`` return without sending what is held (the run was cancelled)."""
+        self._released.set()
+
+    async def _store(self, whole: bytes | None = None) -> None:
         self._storing = False
-        body = b"".join(
-            message.get("body", b"")
-            for message in self._broadcast.messages
-            if message["type"] == "http.response.body"
-        )
+        body = whole
+        if body is None:
+            body = b"".join(
+                message.get("body", b"")
+                for message in self._broadcast.messages
+                if message["type"] == "http.response.body"
+            )
         response = StoredResponse(self._status, self._headers, body)
         if self._admit is not None and not await admitted(self._admit, self._scope, response):
             await self._done(None, "admit")

@@ -378,12 +378,20 @@ class Exchange:
                     source=self.told,
                 )
         except BaseException as exc:
-            broadcast.fail(cancelled("the run was cancelled") if is_cancellation(exc) else exc)
             if is_cancellation(exc):
+                runner.abandon()
+                broadcast.fail(cancelled("the run was cancelled"))
                 raise
+            # The app's own response, if it is held, goes out before the failure is told.
+            await runner.release(None)
+            broadcast.fail(exc)
         else:
             if runner.app is None:
                 broadcast.resolve(value, self.source)
+            else:
+                # First decision wins: a whole response goes out once the store decided,
+                # and another process's stored answer replaces this run's.
+                await runner.release(value)
         finally:
             broadcast.joinable = False
             broadcast.settled.set()

@@ -161,8 +161,10 @@ class ExchangeSettings:
         self.stats.bypassed(reason)
         self.engine.stats.bypassed += 1
 
-    def capture(self, broadcast: Broadcast, scope: Scope, finish: Any) -> ResponseCapture:
-        """The app's ``send`` for one run."""
+    def capture(
+        self, broadcast: Broadcast, scope: Scope, finish: Any, *, hold: bool = False
+    ) -> ResponseCapture:
+        """The app's ``send`` for one run (``hold``: see ``ResponseCapture``)."""
         return ResponseCapture(
             broadcast,
             scope=scope,
@@ -171,4 +173,5 @@ class ExchangeSettings:
             limit=self.engine.max_entry_bytes,
             admit=self.admit,
             finish=finish,
+            hold=hold,
         )

@@ -7,7 +7,13 @@ the environment:
 - ``FLEET_REDIS_URL``: the shared redis-server;
 - ``FLEET_PREFIX``: the store's key prefix (one per test);
 - ``FLEET_RUNS_KEY``: a Redis key the app ``INCR``s on every run;
-- ``FLEET_DELAY``: seconds each run takes (default 0.5).
+- ``FLEET_DELAY``: seconds each run takes (default 0.5);
+- ``FLEET_LEASES``: ``0`` for a cache without leases (default ``1``);
+- ``FLEET_SQLITE``: a SQLite file to share instead of Redis;
+- ``FLEET_BARRIER``: a run waits until this many runs started across the fleet
+  (so that several replicas surely run the app for one input);
+- ``FLEET_UNIQUE``: ``1``: each run's answer also names the run (a model whose
+  answers differ from run to run).
 
 ``GET /healthz`` answers once the app is up (not cached); ``POST /predict``
 with ``{"text": ...}`` answers ``{"answer": "fleet:<text>"}``.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import uuid
 from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
@@ -29,15 +36,20 @@ from starlette.routing import Route
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.stores.redis import RedisStore
+from asyncache.stores.sqlite import SQLiteStore
 
 REDIS_URL = os.environ["FLEET_REDIS_URL"]
 PREFIX = os.environ["FLEET_PREFIX"]
 RUNS_KEY = os.environ["FLEET_RUNS_KEY"]
 DELAY = float(os.environ.get("FLEET_DELAY", "0.5"))
+LEASES = os.environ.get("FLEET_LEASES", "1") == "1"
+SQLITE = os.environ.get("FLEET_SQLITE")
+BARRIER = int(os.environ.get("FLEET_BARRIER", "0"))
+UNIQUE = os.environ.get("FLEET_UNIQUE") == "1"
 
 cache = DecisionCache(
-    RedisStore.from_url(REDIS_URL, prefix=PREFIX),
-    leases=True,
+    SQLiteStore(SQLITE) if SQLITE else RedisStore.from_url(REDIS_URL, prefix=PREFIX),
+    leases=LEASES,
     lease_ttl=30.0,
     # Generous: a store call that times out computes without a lease (correctly), and a
     # loaded test machine must not turn that into a second run.
@@ -48,9 +60,17 @@ runs = Redis.from_url(REDIS_URL)
 
 async def predict(request: Request) -> JSONResponse:
     body = await request.json()
-    await runs.incr(RUNS_KEY)
+    started = await runs.incr(RUNS_KEY)
+    for _ in range(3000):  # a hang guard (30 s), never a timing assertion
+        if started >= BARRIER:
+            break
+        await asyncio.sleep(0.01)
+        started = int(await runs.get(RUNS_KEY) or 0)
     await asyncio.sleep(DELAY)
-    return JSONResponse({"answer": f"fleet:{body['text']}"})
+    answer = f"fleet:{body['text']}"
+    if UNIQUE:
+        answer += f":{uuid.uuid4().hex}"
+    return JSONResponse({"answer": answer})
 
 
 async def healthz(request: Request) -> PlainTextResponse:

@@ -1,10 +1,11 @@
-"""A fleet of four uvicorn replicas sharing one Redis: a hot miss runs the app once.
+"""A fleet of uvicorn replicas sharing one store: one run, or at least one answer, per input.
 
-Each replica (``tests/middleware/fleet_app.py``) wraps its app in ``DecisionCacheMiddleware``
-over a ``DecisionCache(RedisStore, leases=True)``. 200 identical concurrent
-requests spread round-robin over the four replicas must all get the same
-answer, and the app must run at most twice in total (once, plus at most one
-takeover); without leases across processes it runs once per replica.
+Each replica (``tests/middleware/fleet_app.py``) wraps its app in
+``DecisionCacheMiddleware``. With leases, 200 identical concurrent requests
+spread round-robin over four replicas sharing Redis all get the same answer,
+and the app runs at most twice in total (once, plus at most one takeover).
+Without leases every replica may run the app, but the first decision stored
+wins: every client gets that one answer, on Redis and on a SQLite file.
 """
 
 from __future__ import annotations
@@ -97,23 +98,13 @@ async def _wait_ready(
     raise AssertionError(f"replicas {sorted(pending)} never became ready")
 
 
-async def test_four_replicas_run_a_hot_miss_once(
-    redis_url: str, redis_prefix: str, tmp_path: Path
-) -> None:
+async def _burst(
+    env: dict[str, str], tmp_path: Path, *, replicas: int, requests: int
+) -> list[httpx.Response]:
+    """Start ``replicas`` replicas, send ``requests`` identical requests round-robin at once."""
     for module in ("uvicorn", "starlette", "redis"):
         require(importlib.util.find_spec(module) is not None, f"{module} is not installed")
-
-    redis_port = urlsplit(redis_url).port
-    assert redis_port is not None
-    runs_key = f"asyncache-fleet-runs:{uuid.uuid4().hex}"
-    env = {
-        **os.environ,
-        "FLEET_REDIS_URL": redis_url,
-        "FLEET_PREFIX": redis_prefix,
-        "FLEET_RUNS_KEY": runs_key,
-        "FLEET_DELAY": str(DELAY),
-    }
-    ports = [free_port() for _ in range(REPLICAS)]
+    ports = [free_port() for _ in range(replicas)]
     logs = [tmp_path / f"replica-{port}.log" for port in ports]
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -123,17 +114,42 @@ async def test_four_replicas_run_a_hot_miss_once(
         async with httpx.AsyncClient(limits=limits, timeout=BURST_LIMIT) as client:
             await _wait_ready(client, processes, ports, logs)
             async with asyncio.timeout(BURST_LIMIT):
-                responses = await asyncio.gather(
+                return await asyncio.gather(
                     *(
                         client.post(
-                            f"http://127.0.0.1:{ports[n % REPLICAS]}/predict",
+                            f"http://127.0.0.1:{ports[n % replicas]}/predict",
                             json={"text": "hot"},
                             # One site behind a balancer: the host is part of the key.
                             headers={"host": "fleet.example"},
                         )
-                        for n in range(REQUESTS)
+                        for n in range(requests)
                     )
                 )
+    finally:
+        for process in processes:
+            _stop(process)
+
+
+def _fleet_env(redis_url: str, redis_prefix: str, runs_key: str, **more: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "FLEET_REDIS_URL": redis_url,
+        "FLEET_PREFIX": redis_prefix,
+        "FLEET_RUNS_KEY": runs_key,
+        "FLEET_DELAY": str(DELAY),
+        **more,
+    }
+
+
+async def test_four_replicas_run_a_hot_miss_once(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    redis_port = urlsplit(redis_url).port
+    assert redis_port is not None
+    runs_key = f"asyncache-fleet-runs:{uuid.uuid4().hex}"
+    env = _fleet_env(redis_url, redis_prefix, runs_key)
+    try:
+        responses = await _burst(env, tmp_path, replicas=REPLICAS, requests=REQUESTS)
         statuses = Counter(response.status_code for response in responses)
         outcomes = Counter(response.headers.get("x-cache") for response in responses)
         bodies = {response.content for response in responses}
@@ -142,6 +158,31 @@ async def test_four_replicas_run_a_hot_miss_once(
         assert bodies == {b'{"answer":"fleet:hot"}'}, bodies
         assert app_runs <= 2, f"the app ran {app_runs} times across the fleet ({outcomes})"
     finally:
-        for process in processes:
-            _stop(process)
+        send_command(redis_port, "DEL", runs_key)
+
+
+@pytest.mark.parametrize("store", ["redis", "sqlite"])
+async def test_without_leases_the_first_decision_stored_is_every_clients_answer(
+    store: str, redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """Three replicas each run the app for one input (a barrier makes sure), and each run
+    answers differently; whichever answer was stored first is the one every client gets,
+    the clients of the runs that lost included."""
+    replicas = 3
+    redis_port = urlsplit(redis_url).port
+    assert redis_port is not None
+    runs_key = f"asyncache-fleet-runs:{uuid.uuid4().hex}"
+    more = {"FLEET_LEASES": "0", "FLEET_BARRIER": str(replicas), "FLEET_UNIQUE": "1"}
+    if store == "sqlite":
+        more["FLEET_SQLITE"] = str(tmp_path / "fleet.sqlite")
+    env = _fleet_env(redis_url, redis_prefix, runs_key, **more)
+    try:
+        responses = await _burst(env, tmp_path, replicas=replicas, requests=20 * replicas)
+        statuses = Counter(response.status_code for response in responses)
+        bodies = Counter(response.content for response in responses)
+        app_runs = int(send_command(redis_port, "GET", runs_key) or b"0")
+        assert statuses == {200: 20 * replicas}, statuses
+        assert app_runs >= replicas  # every replica ran the app: the race did happen
+        assert len(bodies) == 1, bodies
+    finally:
         send_command(redis_port, "DEL", runs_key)

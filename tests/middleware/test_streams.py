@@ -441,3 +441,45 @@ def test_the_apps_send_returns_once_its_client_has_the_message(backend: str, las
     assert seen_after_send[0] == [start, body]
     if last == "trailers":
         assert seen_after_send[1] == [start, body, trailers]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_start_sent_before_the_app_waits_reaches_the_client_before_its_body(
+    backend: str,
+) -> None:
+    """A whole response is held until the store decides, but only once the app sent it
+    whole: an app that waits after its start message (for its client to have the
+    headers, as a server-sent event's first beat does) gets them out at once."""
+    import anyio
+
+    async def main() -> list[str]:
+        headers_arrived = anyio.Event()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await receive()
+            await send({"type": "http.response.start", "status": 200, "headers": [NDJSON]})
+            with anyio.fail_after(10):  # a hang guard: the start never left
+                await headers_arrived.wait()
+            await send({"type": "http.response.body", "body": b"{}\n"})
+
+        middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/generate"])
+        got: list[str] = []
+        asked = False
+
+        async def receive() -> Message:
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": b"{}", "more_body": False}
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        async def send(message: Message) -> None:
+            got.append(message["type"])
+            if message["type"] == "http.response.start":
+                headers_arrived.set()
+
+        await middleware(make_scope(path="/generate"), receive, send)
+        return got
+
+    assert anyio.run(main, backend=backend) == ["http.response.start", "http.response.body"]
