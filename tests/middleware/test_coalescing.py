@@ -183,3 +183,39 @@ async def test_different_requests_and_disabled_coalescing_run_apart() -> None:
     results = await asyncio.gather(*tasks)
     assert {r.cache for r in results} == {"miss"}
     assert (await call(middleware, body=b"{}")).cache == "hit"
+
+
+async def test_a_run_whose_add_lost_answers_with_the_stored_decision() -> None:
+    """Two processes (two caches over one store, no leases) run the app for one request;
+    the later run's client and its followers get the answer stored first, headers and
+    all, not their own run's."""
+    from asyncache.stores.memory import MemoryStore
+
+    store = MemoryStore()
+    gate = asyncio.Event()
+
+    def app_answering(answer: bytes, *, waits: bool) -> Any:
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await receive()
+            if waits:
+                await gate.wait()
+            headers = [(b"content-type", b"text/plain"), (b"x-run", answer)]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": answer})
+
+        return app
+
+    slow_cache, fast_cache = DecisionCache(store), DecisionCache(store)
+    slow = DecisionCacheMiddleware(app_answering(b"slow", waits=True), cache=slow_cache)
+    fast = DecisionCacheMiddleware(app_answering(b"fast", waits=False), cache=fast_cache)
+    leader = asyncio.create_task(call(slow, body=b'{"q": 1}'))
+    followers = [asyncio.create_task(call(slow, body=b'{"q": 1}')) for _ in range(FOLLOWERS)]
+    await until(lambda: slow_cache.stats()["coalesced"] == FOLLOWERS, "the followers wait")
+    first = await call(fast, body=b'{"q": 1}')
+    gate.set()
+    results = [await leader, *await asyncio.gather(*followers)]
+    assert first.cache == "miss"
+    assert {dict(r.headers)[b"x-run"] for r in [first, *results]} == {b"fast"}
+    assert {r.body for r in results} == {b"fast"}
+    assert [r.cache for r in results] == ["miss"] + ["shared"] * FOLLOWERS
+    assert slow_cache.stats()["conflicts"] == 1
