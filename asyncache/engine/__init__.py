@@ -33,6 +33,7 @@ from ._engine import (
     TtlHook,
     Unshared,
     replay_miss,
+    unwrap,
 )
 from ._flights import Flight, error_for_caller
 from ._freshness import Freshness, StaleHit, overridden
@@ -85,6 +86,7 @@ __all__ = [
     "overridden",
     "replay_miss",
     "spawn",
+    "unwrap",
     "wait_for",
     "warm",
 ]

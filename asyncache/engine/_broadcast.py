@@ -86,6 +86,7 @@ class Broadcast:
         "joinable",
         "keep",
         "keep_limit",
+        "kept",
         "max_pieces",
         "messages",
         "overflow",
@@ -135,6 +136,9 @@ class Broadcast:
         self.value: Any = None
         """The answer when the app did not run (a hit, or another process's decision)."""
         self.source = ""
+        self.kept: Any = None
+        """What the store kept for the run, once ``settled``: its own answer, or the one
+        another process stored first (the waiting mode sends that: ``store_wait``)."""
         self.settled = new_event()
         """Set once the engine is done with the run (what may be stored is stored)."""
         self._changed: Event = new_event()

@@ -29,6 +29,13 @@ the leader included, sends its messages to its own client as they come. So:
 
 The leader's request ends when the app does (its background work runs after
 the response); a follower's when its response is sent.
+
+In the waiting mode (``store_wait`` with leases: one answer per fleet) the
+requests that share a run hold its messages until the engine settled it, and
+then send what the store kept: the run's own response, or, when another
+process's decision for the key landed first (a lease lost in a failover),
+that one. A response that will not be stored (not shareable, too large) is
+sent live as it comes, as in the default mode.
 """
 
 from __future__ import annotations
@@ -42,10 +49,12 @@ from ..engine import (
     Flight,
     Reader,
     StaleHit,
+    Unshared,
     cancelled,
     error_for_caller,
     is_cancellation,
     spawn,
+    unwrap,
     wait_for,
 )
 from ..errors import DecodeError, ReplayMiss
@@ -262,7 +271,10 @@ class Exchange:
                     await self.bypass("on_hit")
                     return True
                 settings.stats.outcomes["shared"] += 1
-                await self.pump(broadcast, reader, "shared")
+                held = await self.pump(broadcast, reader, "shared", hold=self.holds())
+                if held is not None:
+                    await broadcast.settled.wait()
+                    await self.release(broadcast, held, "shared")
                 if broadcast.error is not None and not broadcast.complete:
                     raise error_for_caller(broadcast.error, broadcast.traceback)
                 return True
@@ -276,20 +288,38 @@ class Exchange:
         finally:
             broadcast.leave(reader)
 
-    async def pump(self, broadcast: Broadcast, reader: Reader, outcome: str) -> None:
+    def holds(self) -> bool:
+        """Whether this request holds a run's messages until the store kept its answer:
+        the waiting mode (``store_wait`` with leases), where the fleet gives one answer."""
+        engine = self.settings.engine
+        return bool(engine.store_wait) and engine.leases is not None
+
+    async def pump(
+        self, broadcast: Broadcast, reader: Reader, outcome: str, *, hold: bool = False
+    ) -> list[Any] | None:
         """Send ``broadcast``'s messages to this request's client as they come.
 
         A follower's ends with the response; the leader's when the app does.
+        With ``hold`` the messages are kept and returned instead, to be sent
+        once the run settled (``release``); ``None`` when they were sent
+        (a response that will not be stored is sent live all the same).
         """
         extra = self.settings.headers.for_outcome(outcome)
         send = self.send
         extensions = self.scope.get("extensions") or {}
+        held: list[Any] | None = [] if hold else None
         try:
             while True:
+                if held is not None and not (broadcast.keep and broadcast.shared):
+                    if broadcast.decided.is_set() or not broadcast.keep:
+                        # Not stored (not shareable, or too large): nothing to agree on.
+                        for message in held:
+                            await send(message)
+                        held = None
                 message = broadcast.take(reader)
                 if message is None:
                     if broadcast.ended:
-                        return
+                        return held
                     await broadcast.changed().wait()
                     continue
                 kind = message["type"]
@@ -303,14 +333,37 @@ class Exchange:
                 if reader.owner or kind in _RESPONSE or kind in extensions:
                     # The leader's client gets exactly what the app sent, in order, even
                     # what a server would refuse: that is the server's to reject.
-                    await send(message)
+                    if held is None:
+                        await send(message)
+                    else:
+                        held.append(message)
                 broadcast.sent(reader)
                 if not reader.owner and broadcast.framing.final(message):
-                    return
+                    return held
         except OSError:
-            return  # this client went away; the others go on
+            return None  # this client went away; the others go on
         finally:
             broadcast.leave(reader)
+
+    async def release(self, broadcast: Broadcast, held: list[Any], outcome: str) -> None:
+        """Send a settled run's held messages, or what the store kept instead of them."""
+        run = self.runner.app if self.runner is not None else None
+        kept = broadcast.kept
+        if kept is not None and broadcast.complete and broadcast.error is None:
+            own = None if run is None else run.value
+            if own is None or (type(own) is not Unshared and unwrap(own) != kept):
+                # Another process's decision landed first: every client gets that one.
+                try:
+                    replay = Replay.of(kept, head=self.scope["method"] == "HEAD")
+                except InvalidEntry:
+                    pass  # not a response after all: ours stands
+                else:
+                    start, body = replay.messages(self.settings.headers.for_outcome(outcome))
+                    await self.send(start)
+                    await self.send(body)
+                    return
+        for message in held:
+            await self.send(message)
 
     # -- leading a run --------------------------------------------------------------
 
@@ -330,7 +383,7 @@ class Exchange:
         spawn(self._produce(runner, broadcast, listed, stale))
         # Whatever the app sends, from its first message on (an extension's message may
         # come before the start), until the app ends or the answer came without it.
-        await self.pump(broadcast, reader, "miss")
+        held = await self.pump(broadcast, reader, "miss", hold=self.holds())
         if broadcast.source:
             self.source = broadcast.source
             await self.answer(broadcast.value)
@@ -341,6 +394,8 @@ class Exchange:
             # what the app raised is the server's to see.
             await run.finished.wait()
             await broadcast.settled.wait()
+            if held is not None:
+                await self.release(broadcast, held, "shared")
             run.raise_error()
         elif broadcast.error is not None:
             raise error_for_caller(broadcast.error, broadcast.traceback)
@@ -384,6 +439,8 @@ class Exchange:
         else:
             if runner.app is None:
                 broadcast.resolve(value, self.source)
+            elif type(runner.app.value) is not Unshared:
+                broadcast.kept = value  # the decision the engine's add returned
         finally:
             broadcast.joinable = False
             broadcast.settled.set()
