@@ -9,7 +9,8 @@ as two runs of a sampled or GPU-nondeterministic model would.
 Configured by the environment:
 
 - ``FLEET_STORE``: the store URL (``redis+cluster://...?prefix=...``);
-- ``FLEET_RUNS``: a file each model run appends a line to (``<input> <replica>``);
+- ``FLEET_RUNS``: a file each model run appends a line to
+  (``<input> <replica> <unix time> <answer>``);
 - ``FLEET_MODEL_MS``: how long a run takes (an awaited sleep; default 20);
 - ``FLEET_REPLICA``: this replica's name;
 - ``FLEET_CACHE_OPTIONS``: JSON of more ``DecisionCache`` keyword arguments
@@ -26,6 +27,7 @@ import contextlib
 import json
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -55,13 +57,14 @@ async def predict(request: Request) -> JSONResponse:
     body = await request.json()
     item = int(body["input"])
     # O_APPEND writes of one short line are atomic: the fleet's shared count of runs.
+    answer = f"{item}:{secrets.token_hex(4)}"
     descriptor = os.open(RUNS, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
-        os.write(descriptor, f"{item} {REPLICA}\n".encode())
+        os.write(descriptor, f"{item} {REPLICA} {time.time():.4f} {answer}\n".encode())
     finally:
         os.close(descriptor)
     await asyncio.sleep(MODEL_SECONDS)
-    return JSONResponse({"input": item, "answer": f"{item}:{secrets.token_hex(4)}"})
+    return JSONResponse({"input": item, "answer": answer})
 
 
 @contextlib.asynccontextmanager

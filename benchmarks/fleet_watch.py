@@ -8,7 +8,8 @@ every replica, e.g. a consistency mode).
 On loopback only, it starts:
 
 - a Redis Cluster of 3 primaries with 1 replica each (``redis-server``
-  processes on free ports, ``cluster-node-timeout`` 3 s);
+  processes on free ports, ``cluster-node-timeout`` 3 s,
+  ``cluster-require-full-coverage no``);
 - ``--replicas`` uvicorn processes of ``benchmarks/fleet_replica.py`` sharing
   the cluster with leases on; the model takes ``--model-ms`` and answers with a
   nonce, so that two runs for one input that both reach clients are seen;
@@ -60,6 +61,7 @@ from tests.support import free_port
 WINDOW = 0.25  # seconds per window of the hit-rate timeline
 BASELINE = 3.0  # seconds before a fault that set the level hits must return to
 BURST = 64
+BURST_INPUTS = 1_000_000  # the first input a burst asks for (the steady load's are below)
 STALL_SECONDS = 5.0
 
 
@@ -79,7 +81,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     records: list[list[Any]] = []
     start_at = float(args.start_at)
     stop_at = start_at + args.duration
-    burst_inputs = iter(range(1_000_000 + args.seed * 100_000, 10_000_000))
+    burst_inputs = iter(range(BURST_INPUTS + args.seed * 100_000, 10_000_000))
     async with LoadClient(
         "127.0.0.1", args.port, connections=args.connections + BURST, timeout=30.0
     ) as client:
@@ -153,7 +155,15 @@ class Fleet:
         if server is None or cli is None or haproxy is None:
             raise SystemExit("needs redis-server, redis-cli and haproxy on PATH (apt-get install)")
         self.cluster = start_cluster(
-            server, cli, self.workdir / "redis", masters=3, replicas=1, node_timeout_ms=3000
+            server,
+            cli,
+            self.workdir / "redis",
+            masters=3,
+            replicas=1,
+            node_timeout_ms=3000,
+            # What a fleet sets: a primary that is down stops its slots alone, not the
+            # whole cluster (by default every node refuses every key until the failover).
+            extra_args=["--cluster-require-full-coverage", "no"],
         )
         nodes = ",".join(f"127.0.0.1:{node.port}" for node in self.cluster.nodes)
         store = f"redis+cluster://{nodes}?prefix={self.prefix}"
@@ -507,8 +517,11 @@ def _analyse(
                 slot = slots.get(item)
                 return slot is not None and any(low <= slot <= high for low, high in ranges)
 
-            # The 5 s after the fault: the failover or the stall.
-            hot = [r for r in ok if at <= r[0] < at + 5.0]
+            # The 5 s after the fault: the failover or the stall. Burst inputs are left
+            # out: new by design (one miss, 63 shared), they are no key's hit rate, and
+            # while the waiting mode holds most connections they would be most of it.
+            hot = [r for r in ok if at <= r[0] < at + 5.0 and r[2] < BURST_INPUTS]
+            before = [r for r in before if r[2] < BURST_INPUTS]
             base_out = [r for r in before if not inside(r[2])]
             out = [r for r in hot if not inside(r[2])]
             into = [r for r in hot if inside(r[2])]
@@ -552,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
         help="start a killed primary again once its replica is promoted (it comes back empty)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    parser.add_argument(
+        "--keep", metavar="DIR", help="copy the run's logs, model runs and records to DIR"
+    )
     # A load process's options (the script runs itself once per --clients).
     parser.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--port", "--seed", "--start-at", "--duration", "--out"):
@@ -629,8 +645,12 @@ def main(argv: list[str] | None = None) -> int:
             runs = fleet.runs.read_text().splitlines()
         finally:
             fleet.stop()
+            if args.keep:
+                shutil.copytree(workdir, args.keep, dirs_exist_ok=True)
         records = [r for result in results for r in result["records"]]
         slots = _slots_by_input({r[2] for r in records}, fleet.port, fleet.prefix)
+    if args.keep:
+        Path(args.keep, "faults.json").write_text(json.dumps({"faults": log, "slots": slots}))
     report = _analyse(records, runs, log, slots, duration)
     steady = [r for r in records if r[0] < args.phase]
     outcomes = Counter(r[4] for r in steady)

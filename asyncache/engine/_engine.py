@@ -893,7 +893,12 @@ class Engine:
             return result
         value, expires_at = prepared
         if replacing is None:
-            entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+            if self.store_wait and self.leases is not None:
+                # The waiting mode: a decision made under a lease that is not stored
+                # would be made again, differently, by the next process to miss.
+                entry = await self.leases.store(key, value, expires_at)
+            else:
+                entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
         else:
             entry = await self.guard.call(
                 "replace", lambda: self.replace_entry(key, replacing, value, expires_at)
@@ -1224,6 +1229,10 @@ class Leasing(Protocol):
 
     async def finish(self, key: bytes, token: bytes | None) -> None:
         """Release a lease ``begin`` took."""
+        ...
+
+    async def store(self, key: bytes, value: bytes, expires_at: float | None) -> Entry | None:
+        """Add a decision made under a lease, waiting out a failing store (``store_wait``)."""
         ...
 
     async def aclose(self) -> None:

@@ -15,8 +15,12 @@ fill it.
 A store made of parts that fail alone (a Redis Cluster's primaries) keeps
 each part's health itself: a failure that names its part (``StoreError.shard``)
 is counted and logged but never cools the whole store, and a store with
-``isolates_failures`` (it times and cools its parts' reads itself) never has
-its reads cooled as a whole. One stalled primary then costs only its keys.
+``isolates_failures`` (it times and cools its parts' reads itself) is never
+cooled as a whole, reads nor writes: its writes and leases each go to one
+key's node, so the failures of a dead primary's keys would otherwise stop
+every other node's writes (their decisions then unstored, made again, and
+answered differently) for the whole cool-down. One stalled primary then costs
+only its keys.
 
 One timeout per request: a request's path may make several store calls (a
 get, a lease, an add, a release). Once one of them timed out, the writes and
@@ -379,7 +383,7 @@ class StoreGuard:
             _TIMED_OUT.set(True)
         reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
         self._log.warning(what, "asyncache: store %s %s; treated as a miss", what, reason)
-        if getattr(exc, "shard", None) is not None or (self._isolated and what in READS):
+        if self._isolated or getattr(exc, "shard", None) is not None:
             return  # one part failed: the store keeps that part's health, the rest serves
         health = self.health(what)
         health.failures += 1

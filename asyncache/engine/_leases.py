@@ -20,15 +20,23 @@ ends within ``lease_ttl``, after which a waiter takes over.
 
 A store failure at any step is counted and logged like every store failure,
 and the prediction is computed without a lease: leases may cost a duplicate
-computation, never a failed one. With ``store_wait`` the lease is tried again
-(with backoff, through the store's failure cool-down) until the store answers
-or ``store_wait`` seconds passed: a fleet then waits out a failover and gives
-one answer, at the price of that wait; after it, it computes as above.
+computation, never a failed one.
+
+With ``store_wait`` (the waiting mode) no step takes a failure for an answer:
+taking the lease, waiting for another's decision, the look after taking it,
+and the owner's ``add`` of its decision are each tried again (with backoff,
+through the store's failure cool-down) until the store answers or
+``store_wait`` seconds passed. A failed look is not "no decision" (the entry
+may well be there, on a node being failed over), and an owner's decision that
+was not stored would be computed again, differently, by the next one: either
+would give two answers. A fleet then waits out a failover and gives one
+answer, at the price of that wait; after it, it computes as above.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -171,7 +179,7 @@ class Leases:
                     if wait <= 0:
                         stats.coalesce_timeouts += 1
                         return None, None
-                entry = await self._wait(key, wait)
+                entry = await self._persist(functools.partial(self._wait, key, wait))
                 if entry is _FAILED:
                     return None, None
                 if entry is not None and stale is not None and entry.value == stale:
@@ -197,7 +205,9 @@ class Leases:
     ) -> tuple[bytes | None, Entry | None]:
         """Look once more after acquiring: the last owner may have stored and released
         between our miss and our acquire, and its decision must not be computed again."""
-        entry = await self._engine.store_get(key)
+        entry = await self._look(key)
+        if entry is _FAILED:
+            entry = None  # compute under our lease: what we add meets any decision there
         if entry is not None and (stale is None or entry.value != stale):
             await self._release(key, token)
             return None, entry
@@ -245,21 +255,54 @@ class Leases:
 
     async def _reach(self, key: bytes, token: bytes) -> Any:
         """``_acquire``, tried again while the store fails, for up to ``store_wait`` seconds."""
-        acquired = await self._acquire(key, token)
+        return await self._persist(lambda probe: self._acquire(key, token, probe=probe))
+
+    async def _look(self, key: bytes) -> Any:
+        """The entry under ``key`` (``None``: there is none), or ``_FAILED`` once
+        ``store_wait`` passed without an answer. A failed read is no answer."""
+        store = self._engine.store
+        return await self._persist(
+            lambda probe: self._call(
+                "get", self._engine.guard.timeout, lambda: store.get(key), probe=probe
+            )
+        )
+
+    async def store(self, key: bytes, value: bytes, expires_at: float | None) -> Entry | None:
+        """Add the decision computed under our lease, waiting out a store that fails for up
+        to ``store_wait``; the entry that won, or ``None`` (it could not be stored)."""
+        store = self._engine.store
+        entry = await self._persist(
+            lambda probe: self._call(
+                "add",
+                self._engine.guard.timeout,
+                lambda: store.add(key, value, expires_at),
+                probe=probe,
+            )
+        )
+        return None if entry is _FAILED else entry
+
+    async def _persist(self, attempt: Callable[[bool], Awaitable[Any]]) -> Any:
+        """``attempt(probe)`` until it is not ``_FAILED``, for up to ``store_wait`` seconds.
+
+        The first try is an ordinary call; the others probe (the store may be
+        cooling down: the wait is for it to come back), each with a store
+        timeout of its own.
+        """
+        result = await attempt(False)
         wait = self._engine.store_wait
-        if acquired is not _FAILED or not wait:
-            return acquired
+        if result is not _FAILED or not wait:
+            return result
         deadline = time.monotonic() + wait
         delay = _REACH_FIRST
-        while acquired is _FAILED:
+        while result is _FAILED:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return _FAILED
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, _REACH_MAX)
             new_request()  # each try may pay one store timeout
-            acquired = await self._acquire(key, token, probe=True)
-        return acquired
+            result = await attempt(True)
+        return result
 
     async def _acquire(self, key: bytes, token: bytes, *, probe: bool = False) -> Any:
         store, ttl = self._store, self.ttl
@@ -280,12 +323,13 @@ class Leases:
             "release_lease", self._engine.guard.timeout, lambda: store.release_lease(key, token)
         )
 
-    async def _wait(self, key: bytes, wait: float) -> Any:
+    async def _wait(self, key: bytes, wait: float, probe: bool = False) -> Any:
         store, slack = self._store, self._engine.guard.timeout
         return await self._call(
             "wait_for_entry",
             None if slack is None else wait + slack,
             lambda: store.wait_for_entry(key, wait),
+            probe=probe,
         )
 
     async def _call(

@@ -12,7 +12,7 @@ import os
 import signal
 
 from asyncache import DecisionCache, cached_prediction
-from asyncache.engine._guard import StoreGuard
+from asyncache.engine._guard import StoreGuard, new_request
 from asyncache.stats import CacheStats, RateLimitedLog
 from asyncache.stores.redis import RedisStore
 
@@ -91,6 +91,25 @@ async def test_the_cooldown_skips_the_call_and_a_success_resets_the_count() -> N
     assert guard.cooling("get") and stats.errors == 3
     assert await guard.call("get", quick) is None  # the store is cooling down
     assert made == ["quick"] and stats.errors == 3
+
+
+async def test_a_store_of_parts_that_fail_alone_never_cools_its_writes_as_a_whole() -> None:
+    """A cluster's writes each go to their key's node: a dead primary's keys failing
+    must not stop every other node's writes (whose decisions would then go unstored)."""
+    stats = CacheStats()
+    timed = SlowStore(enforces_timeouts=False)
+    timed.isolates_failures = True  # type: ignore[attr-defined]
+    guard = guard_of(timed, stats)
+
+    async def stored() -> str:
+        return "stored"
+
+    for _ in range(5):
+        new_request()  # each its own request: one that timed out skips its later writes
+        assert await guard.call("add", timed.get) is None  # each one times out
+    assert stats.errors == 5 and not guard.cooling("add")
+    new_request()
+    assert await guard.call("add", stored) == "stored"
 
 
 async def test_a_request_pays_one_store_timeout(redis_server: RedisServer) -> None:

@@ -128,10 +128,46 @@ async def test_gathered_gets_fail_only_for_the_stalled_node(
     assert store.stats()["node_misses"] == len(on)
 
 
+def test_a_lease_key_hashes_to_its_decisions_slot() -> None:
+    from asyncache.stores.redis.layout import lease_name
+
+    for prefix in (b"faults:", b"app:v2:", b"tagged{team}:"):
+        for n in range(2000):
+            key = os.urandom(16) if n % 2 else b"%d" % n
+            name = lease_name(prefix, key, cluster=True)
+            assert name.startswith(prefix + b"lease:")
+            assert key_slot(name) == key_slot(prefix + key)
+    # One Redis server needs no tag: the name is as it always was.
+    assert lease_name(b"p:", b"k", cluster=False) == b"p:lease:k"
+
+
+async def test_the_leases_of_a_healthy_primarys_keys_outlive_another_primarys_stall(
+    servers: Servers, store: RedisStore
+) -> None:
+    """A key's lease lives on its decision's primary: while another primary is stopped,
+    leases on the running primaries' keys are taken, waited on and released."""
+    victim = servers.nodes[0]
+    _, off = await split_by_node(store, KEYS, victim)
+    healthy = off[:40]
+    # The lease scripts are loaded on every primary at first use: before the stall.
+    assert await store.acquire_lease(b"warm", b"me", 1.0)
+    await store.release_lease(b"warm", b"me")
+    with stopped(victim):
+        taken = await asyncio.gather(
+            *(store.acquire_lease(k, b"me", 5.0) for k in healthy), return_exceptions=True
+        )
+        assert taken == [True] * len(healthy)
+        assert [await store.acquire_lease(k, b"other", 5.0) for k in healthy[:5]] == [False] * 5
+        await store.add(healthy[0], b"decided", None)
+        await store.release_lease(healthy[0], b"me")
+        entry = await store.wait_for_entry(healthy[0], 1.0)
+        assert entry is not None and entry.value == b"decided"
+
+
 async def test_a_timed_out_command_is_not_retried(servers: Servers, store: RedisStore) -> None:
     victim = servers.nodes[1]
-    # A lease lives under "lease:" + the key: pick one whose lease is on the victim.
-    on, _ = await split_by_node(store, [b"lease:" + k for k in KEYS], victim)
+    # A key's lease lives on its decision's node: pick a key of the victim's.
+    on, _ = await split_by_node(store, KEYS, victim)
     client = store.client
     assert isinstance(client, RedisCluster)
     attempts: list[str] = []
@@ -143,7 +179,7 @@ async def test_a_timed_out_command_is_not_retried(servers: Servers, store: Redis
 
     client._execute_command = counted  # type: ignore[method-assign]
     with stopped(victim), pytest.raises(StoreError, match="Timeout"):
-        await store.acquire_lease(on[0].removeprefix(b"lease:"), b"token", 30)
+        await store.acquire_lease(on[0], b"token", 30)
     # One attempt: a slow server stays slow (the driver's default was three).
     assert attempts == [f"127.0.0.1:{victim.port}"]
 

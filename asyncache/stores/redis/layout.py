@@ -4,7 +4,10 @@
 
     <prefix><key>           a decision: a 9-byte header, then the value
     <prefix>lease:<key>     a lease: its ttl in ms, ``:``, the holder's token
-                            (``acquire_lease``), expiring after that ttl
+                            (``acquire_lease``), expiring after that ttl; on a
+                            cluster ``<prefix>lease:{<tag>}<key>``, where the
+                            hash tag puts it in its decision's slot
+                            (``lease_name``)
     <prefix>lease:released  the pub/sub channel a released lease is announced on
     <prefix>invalidated     the pub/sub channel ``clear`` (empty message) and
                             ``delete`` (the key) are announced on
@@ -17,6 +20,8 @@ decoder rejects it: the entry is then counted as corrupt and deleted.
 
 from __future__ import annotations
 
+import binascii
+import functools
 import math
 import struct
 
@@ -35,6 +40,7 @@ __all__ = [
     "expiry",
     "glob_escape",
     "lease_is_live",
+    "lease_name",
     "lease_value",
     "pack",
     "pxat",
@@ -55,6 +61,51 @@ RELEASED = b"lease:released"
 """After the prefix: the channel released leases are announced on."""
 INVALIDATED = b"invalidated"
 """After the prefix: the channel dropped entries are announced on (empty: all of them)."""
+
+SLOTS = 16384
+"""A Redis Cluster's hash slots."""
+
+
+def _slot(name: bytes) -> int:
+    """The hash slot of key ``name`` (Redis's ``CLUSTER KEYSLOT``: its hash tag, if any)."""
+    start = name.find(b"{")
+    if start != -1:
+        end = name.find(b"}", start + 1)
+        if end > start + 1:
+            name = name[start + 1 : end]
+    return binascii.crc_hqx(name, 0) % SLOTS
+
+
+@functools.cache
+def _slot_tags() -> tuple[bytes, ...]:
+    """For each slot, a short tag that hashes to it (made once: about 0.1 s)."""
+    tags: list[bytes | None] = [None] * SLOTS
+    missing, number = SLOTS, 0
+    while missing:
+        tag = b"%x" % number
+        slot = binascii.crc_hqx(tag, 0) % SLOTS
+        if tags[slot] is None:
+            tags[slot] = tag
+            missing -= 1
+        number += 1
+    return tuple(tag for tag in tags if tag is not None)
+
+
+def lease_name(prefix: bytes, key: bytes, *, cluster: bool) -> bytes:
+    """The lease key of ``key``'s decision.
+
+    On a cluster it lives in the decision's own slot, so on the same primary:
+    otherwise a lease lives on some other node, and that node's failure would
+    stop the leases (one computation per fleet) of keys whose primary is up.
+    """
+    name = prefix + LEASE + key
+    if not cluster:
+        return name
+    slot = _slot(prefix + key)
+    tagged = prefix + LEASE + b"{" + _slot_tags()[slot] + b"}" + key
+    # A prefix with braces of its own may tag the name first: then keep what hashes right.
+    return tagged if _slot(tagged) == slot else name
+
 
 MAX_EXPIRES_AT = 9.2e15
 """The latest expiry stored (Unix seconds, some 290 million years away).

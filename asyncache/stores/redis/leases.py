@@ -22,9 +22,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
+
 from ..protocol import Entry
 from .gate import Gate
-from .layout import LEASE, RELEASED, lease_is_live, lease_value, unpack
+from .layout import RELEASED, lease_is_live, lease_name, lease_value, unpack
 from .scripts import ACQUIRE, RELEASE
 from .url import Client
 
@@ -58,7 +60,7 @@ class LeaseKeys:
         self.client = client
         self.gate = gate
         self.prefix = prefix
-        self.lease_prefix = prefix + LEASE
+        self.cluster = isinstance(client, RedisCluster)
         self.channel = prefix + RELEASED
         self.pipeline = pipeline
         self.listen = listen
@@ -69,6 +71,10 @@ class LeaseKeys:
         """The events of the callers waiting on each key."""
         self.closed = False
 
+    def lease_name(self, key: bytes) -> bytes:
+        """The lease key of ``key`` (on a cluster, in the slot of ``key``'s decision)."""
+        return lease_name(self.prefix, key, cluster=self.cluster)
+
     async def acquire(self, key: bytes, token: bytes, ttl: float) -> bool:
         """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it.
 
@@ -77,16 +83,14 @@ class LeaseKeys:
         ms = max(1, math.ceil(ttl * 1000))
         async with self.gate:
             taken = await self.acquire_script(
-                keys=[self.lease_prefix + key], args=[lease_value(token, ms), ms, token]
+                keys=[self.lease_name(key)], args=[lease_value(token, ms), ms, token]
             )
         return bool(taken)
 
     async def release(self, key: bytes, token: bytes) -> None:
         """Drop the lease if ``token`` still holds it, and wake whoever waits on ``key``."""
         async with self.gate:
-            await self.release_script(
-                keys=[self.lease_prefix + key], args=[token, self.channel, key]
-            )
+            await self.release_script(keys=[self.lease_name(key)], args=[token, self.channel, key])
 
     async def wait_for_entry(self, key: bytes, timeout: float) -> Entry | None:  # noqa: ASYNC109
         """Wait up to ``timeout`` seconds for an entry under ``key`` to appear.
@@ -125,8 +129,9 @@ class LeaseKeys:
         """The live entry under ``key`` and whether a live lease holds it, in one round trip."""
         pipe = self.pipeline()
         pipe.execute_command("GET", self.prefix + key)
-        pipe.execute_command("GET", self.lease_prefix + key)
-        pipe.execute_command("PTTL", self.lease_prefix + key)
+        lease = self.lease_name(key)
+        pipe.execute_command("GET", lease)
+        pipe.execute_command("PTTL", lease)
         async with self.gate:
             raw, lease, left = await pipe.execute()
         entry = None if raw is None else unpack(raw, time.time())

@@ -111,8 +111,9 @@ class RedisStore:
         self.enforces_timeouts = False
         """Every call ends within the store's own timeouts (see ``DecisionStore``)."""
         self.isolates_failures = self.cluster
-        """On a cluster, reads go out per node and a failing node is cooled alone (``nodes``):
-        the engine's guard never skips the whole store's reads for one node's faults."""
+        """On a cluster, reads go out per node and a failing node is cooled alone (``nodes``),
+        and each write goes to its key's node: the engine's guard never skips the whole
+        store's reads or writes for one node's faults."""
         self._written = 0  # items written (won or not)
         self._conflicts = 0  # adds that found another writer's live entry
         self._replaced = 0  # entries stored over one expired by this clock but not Redis's
