@@ -76,6 +76,7 @@ _REPLAY_REASONS = {
     ),
     "corrupt": "the recorded entry does not decode; record it again",
     "expired": "the recorded entry expired; record it again with no ttl (ttl=None)",
+    "store unreadable": "the recording could not be read: check the store's path or URL",
 }
 
 
@@ -92,7 +93,8 @@ class ReplayMiss(AsyncacheError):
         key: the 16-byte cache key that was not found.
         reason: ``"not recorded"`` (the store holds nothing under the key),
             ``"signature does not match"`` (recorded under another secret),
-            ``"corrupt"`` or ``"expired"``.
+            ``"corrupt"``, ``"expired"`` or ``"store unreadable"`` (the read
+            failed: a SQLite path with no file, a server that is down).
         detail: what the decoder or the store said, when there is more to say.
     """
 
@@ -114,6 +116,8 @@ class ReplayMiss(AsyncacheError):
         said = f" ({detail})" if detail else ""
         if reason == "not recorded":
             found = f"no recorded decision for {where} with inputs {digest} (key {key.hex()})"
+        elif reason == "store unreadable":
+            found = f"the decision for {where} with inputs {digest} (key {key.hex()}) was not read"
         else:
             found = (
                 f"the recorded decision for {where} with inputs {digest} (key {key.hex()}) "

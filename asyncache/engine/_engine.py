@@ -1103,6 +1103,9 @@ class Engine:
             return replay_miss(key, inputs, "signature does not match", str(exc))
         if exc is not None:
             return replay_miss(key, inputs, "corrupt", str(exc))
+        failure = self.guard.reads.last_error
+        if failure is not None:  # the read failed: "not recorded" would send the user astray
+            return replay_miss(key, inputs, "store unreadable", repr(failure))
         expired_at = getattr(self.store, "expired_at", None)
         if expired_at is not None:
             when = await self.guard.call("get", lambda: expired_at(key))

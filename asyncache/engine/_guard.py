@@ -217,11 +217,13 @@ def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T
 class Health:
     """Failures in a row of one kind of call, and the cool-down they started."""
 
-    __slots__ = ("failures", "skip_until")
+    __slots__ = ("failures", "last_error", "skip_until")
 
     def __init__(self) -> None:
         self.failures = 0
         """Failures in a row; a success sets it back to zero."""
+        self.last_error: Exception | None = None
+        """The latest call's failure; ``None`` once a call succeeds (replay says why it missed)."""
         self.skip_until = 0.0
         """``time.monotonic()`` until which these calls are skipped; 0 when they are not."""
 
@@ -351,6 +353,7 @@ class StoreGuard:
             self.failed(what, exc)
             return None
         health.failures = 0
+        health.last_error = None
         return result
 
     def _task(self) -> asyncio.Task[Any] | None:
@@ -379,6 +382,7 @@ class StoreGuard:
     def failed(self, what: str, exc: Exception) -> None:
         """Count and log a failed store call; start its kind's cool-down after too many in a row."""
         self._stats.errors += 1
+        self.health(what).last_error = exc
         if isinstance(exc, TimeoutError):
             _TIMED_OUT.set(True)
         reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import os
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -322,6 +323,22 @@ async def test_replay_of_an_expired_recording_says_so_and_prunes_nothing(tmp_pat
     await model.batched.aclose()
     await cache.aclose()
     assert file_digest(path) == before
+
+
+async def test_replay_of_a_path_with_no_recording_creates_no_file_and_says_so(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "never-recorded.sqlite"
+    cache = DecisionCache(open_store(f"sqlite:///{path}"), mode="replay")
+    model = Model(cache, version=1)
+    outcomes = await replay_each_door(model, ["a", "b"])
+    assert model.calls == []
+    for miss in outcomes:
+        assert isinstance(miss, ReplayMiss) and miss.reason == "store unreadable", miss
+        assert "no SQLite store at" in str(miss) and "not recorded" not in str(miss)
+    await model.batched.aclose()
+    await cache.aclose()
+    assert os.listdir(tmp_path) == []  # no file, no -wal, no -shm
 
 
 async def test_replay_of_a_corrupt_entry_says_so_and_leaves_it(tmp_path: Path) -> None:

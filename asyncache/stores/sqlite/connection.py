@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -85,6 +86,8 @@ class Database:
         self._state = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._openers: dict[asyncio.AbstractEventLoop, asyncio.Task[Connection]] = {}
+        self.must_exist = False
+        """Open only a file that exists (replay): never create one."""
 
     async def connect(self) -> Connection:
         """The write connection, opened (with the read one) by the first caller.
@@ -289,6 +292,12 @@ class Database:
             if self.connection is not None:
                 return self.connection  # another caller opened it while this one waited
             memory = self.path == MEMORY
+            if self.must_exist and not memory and not os.path.exists(self.path):
+                # Replay reads a recording; creating an empty file would be a write.
+                raise StoreError(
+                    f"no SQLite store at {self.path!r}: replay reads a recording "
+                    f"and creates no file; record it first with mode='record'"
+                )
             # Taken before connecting: if the file is replaced while this opens, the
             # next check sees a difference and opens again, rather than miss it.
             identity = None if memory else file_identity(self.path)

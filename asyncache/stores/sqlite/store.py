@@ -293,12 +293,14 @@ class SQLiteStore:
         return None if not rows else float(rows[0][0])
 
     def pause_upkeep(self) -> None:
-        """Write nothing on its own from now on: no background prune, no eviction.
+        """Write nothing on its own from now on: no background prune, no eviction, no new file.
 
         Replay calls it, so that reading a recording leaves the file as it was
-        recorded, expired entries included. ``prune()`` still prunes when called.
+        recorded, expired entries included, and a path with no recording stays
+        absent (every read is then a store error). ``prune()`` still prunes when called.
         """
         self._upkeep.paused = True
+        self._database.must_exist = True
 
     async def prune(self) -> int:
         """Delete expired entries and leases, then enforce the bounds.
