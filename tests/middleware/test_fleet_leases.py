@@ -110,9 +110,13 @@ async def _burst(
     try:
         for port, log in zip(ports, logs, strict=True):
             processes.append(_start(port, env, log))
+        # Polled on a client of its own: a replica ready long before the last one
+        # (a loaded machine) closes its idle keep-alive connection after uvicorn's
+        # 5 s, and a burst request sent on it as it closes fails with ReadError.
+        async with httpx.AsyncClient() as poller:
+            await _wait_ready(poller, processes, ports, logs)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         async with httpx.AsyncClient(limits=limits, timeout=BURST_LIMIT) as client:
-            await _wait_ready(client, processes, ports, logs)
             async with asyncio.timeout(BURST_LIMIT):
                 return await asyncio.gather(
                     *(
