@@ -15,12 +15,16 @@ import orjson
 
 from ..errors import ConfigurationError
 from ..stores.registry import open_store
-from .client import LoadClient
+from .client import LoadClient, run
 from .workload import Tally, build_workload, percentile, send_all
 
-__all__ = ["main"]
+__all__ = ["AUTHORITY", "main", "server_command"]
 
 DEFAULT_STORE = "sqlite:///asyncache-demo.sqlite"
+# The Host every request names. The middleware keys a response by its host, and
+# the server listens on a new free port each run: with "127.0.0.1:<port>" a warm
+# run would find none of the responses the cold run stored.
+AUTHORITY = "asyncache-demo"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +86,9 @@ async def _wait_ready(
 async def _drive(args: argparse.Namespace, port: int, server: subprocess.Popen[bytes]) -> int:
     # Room for a burst (up to 64 identical requests at once) beside the steady load.
     connections = args.concurrency + 64
-    async with LoadClient("127.0.0.1", port, connections=connections, timeout=120.0) as client:
+    async with LoadClient(
+        "127.0.0.1", port, connections=connections, timeout=120.0, authority=AUTHORITY
+    ) as client:
         before = await _wait_ready(client, server, timeout=300.0)
         entries = before["store_entries"]
         if entries:
@@ -200,6 +206,13 @@ def _print_table(
     Console().print(table)
 
 
+def server_command(port: int, store: str, backend: str, *, fresh: bool = False) -> list[str]:
+    """The command that serves the demo on ``127.0.0.1:port``."""
+    command = [sys.executable, "-m", "asyncache.demo.service", "--port", str(port)]
+    command += ["--store", store, "--backend", backend]
+    return [*command, "--fresh"] if fresh else command
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``asyncache demo``."""
     args = _parser().parse_args(argv)
@@ -212,15 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asyncache demo: {exc}", file=sys.stderr)
         return 2
     port = _free_port()
-    command = [sys.executable, "-m", "asyncache.demo.service", "--port", str(port)]
-    command += ["--store", args.store, "--backend", args.backend]
-    if args.fresh:
-        command.append("--fresh")
+    command = server_command(port, args.store, args.backend, fresh=args.fresh)
     log = Path(os.environ.get("ASYNCACHE_DEMO_LOG", os.devnull))
     with log.open("ab") as sink:
         server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
         try:
-            return asyncio.run(_drive(args, port, server))
+            return run(_drive(args, port, server))
         except RuntimeError as exc:
             print(f"asyncache demo: {exc}", file=sys.stderr)
             return 1
