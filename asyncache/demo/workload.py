@@ -119,7 +119,8 @@ def build_workload(
 ) -> list[Request]:
     """``total`` requests: Zipf repeats over ``distinct`` bodies, bursts and bypasses."""
     rng = random.Random(seed)
-    pool = _distinct_requests(distinct + total // burst_every + 1, rng)
+    bursts = total // burst_every if burst_every else 0
+    pool = _distinct_requests(distinct + bursts + 1, rng)
     weights = [1.0 / (rank**zipf_s) for rank in range(1, distinct + 1)]
     fresh = iter(pool[distinct:])  # bursts are of requests nobody asked before
     requests: list[Request] = []
