@@ -1,7 +1,7 @@
 """Is the demo's client the bottleneck? Its warm run beside wrk, against one demo server.
 
 Run: ``.venv/bin/python benchmarks/load_client.py`` (``--rounds``, ``--requests``,
-``--seconds``, ``--concurrency``, ``--backend``, ``--json``).
+``--seconds``, ``--concurrency``, ``--backend``, ``--json``, ``--quick``).
 
 It starts the demo's own service (the command ``asyncache demo`` runs: MiniLM
 behind the middleware, on a new SQLite file) and fills its store with one cold
@@ -227,6 +227,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "median demo / wrk": ratio,
         "verdict": "within 2x" if ratio >= 0.5 else "NOT within 2x",
         "notes": [
+            f"median demo / wrk over {len(rows)} rounds: {ratio:.3f} "
+            f"({'within 2x' if ratio >= 0.5 else 'NOT within 2x'} of wrk's hits/s)",
             f"{len(requests)} requests of the demo's workload per demo run, "
             f"{args.concurrency} in flight; wrk -t1 -c{args.concurrency} -d{args.seconds:g}s "
             "over the same requests; hits/s counts answers marked X-Cache: hit.",
@@ -243,8 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--backend", default="onnx", choices=("onnx", "onnx-int8", "torch"))
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument(
+        "--quick", action="store_true", help="one round, 4,000 requests, 1 s of wrk (a smoke test)"
+    )
     args = parser.parse_args(argv)
     args.argv = argv
+    if args.quick:
+        args.rounds, args.requests, args.seconds = 1, 4000, 1.0
     if shutil.which("wrk") is None:
         raise SystemExit("needs wrk on PATH (apt-get install wrk)")
     with tempfile.TemporaryDirectory(prefix="asyncache-load-client-") as tmp:
