@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from asyncache.demo.client import LoadClient, Reply
+import pytest
+
+from asyncache.demo.client import LoadClient, Reply, run
 from asyncache.demo.workload import build_workload, percentile, send_all
 from tests.support import require
 
@@ -130,3 +132,11 @@ async def test_send_all_sends_a_burst_at_once_beside_the_steady_load() -> None:
     client = _CountingClient()
     await send_all(client, "/decide", requests, concurrency=4)  # type: ignore[arg-type]
     assert max(client.seen) >= 16  # a burst's 16 identical requests are out together
+
+
+def test_run_uses_the_standard_loop_without_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def loop_name() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
+    assert run(loop_name()).startswith("asyncio")
