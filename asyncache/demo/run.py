@@ -15,12 +15,16 @@ import orjson
 
 from ..errors import ConfigurationError
 from ..stores.registry import open_store
-from .client import LoadClient
+from .client import LoadClient, run
 from .workload import Tally, build_workload, percentile, send_all
 
-__all__ = ["main"]
+__all__ = ["AUTHORITY", "main", "server_command"]
 
 DEFAULT_STORE = "sqlite:///asyncache-demo.sqlite"
+# The Host every request names. The middleware keys a response by its host, and
+# the server listens on a new free port each run: with "127.0.0.1:<port>" a warm
+# run would find none of the responses the cold run stored.
+AUTHORITY = "asyncache-demo"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +86,9 @@ async def _wait_ready(
 async def _drive(args: argparse.Namespace, port: int, server: subprocess.Popen[bytes]) -> int:
     # Room for a burst (up to 64 identical requests at once) beside the steady load.
     connections = args.concurrency + 64
-    async with LoadClient("127.0.0.1", port, connections=connections, timeout=120.0) as client:
+    async with LoadClient(
+        "127.0.0.1", port, connections=connections, timeout=120.0, authority=AUTHORITY
+    ) as client:
         before = await _wait_ready(client, server, timeout=300.0)
         entries = before["store_entries"]
         if entries:
@@ -132,6 +138,14 @@ def _p50_p99(values: list[float]) -> str:
     return f"{_ms(percentile(values, 0.5))} / {_ms(percentile(values, 0.99))}"
 
 
+LATENCY_COLUMNS = ("p50 / p99", "client round trip", "server (Server-Timing)")
+NOTE = (
+    "client round trip: from the request's write to its last byte, in the demo's client; "
+    "server: the cache's own time in the server, from its Server-Timing header (the rest is "
+    "the server's HTTP layer, loopback and the client)"
+)
+
+
 def _print_table(
     tally: Tally, stats: dict[str, Any], elapsed: float, *, warm: bool, alone: Tally
 ) -> None:
@@ -144,17 +158,14 @@ def _print_table(
         by_status[outcome.status] = by_status.get(outcome.status, 0) + 1
     answered = len(outcomes)
     hits = by_status.get("hit", 0)
-    hit_latency = tally.latencies("hit")
-    miss_latency = tally.latencies("miss")
-    lone_hits = alone.latencies("hit")
     concurrency = stats["concurrency"]
     # Every request needs one decision; the model computed only some of them.
     saved = answered - model["items"]
     rows = [
         ("start", "warm (entries from an earlier run)" if warm else "cold (empty store)"),
-        ("requests", f"{answered} in {elapsed:.1f}s ({answered / elapsed:.0f}/s)"),
+        ("requests", f"{answered} in {elapsed:.2f}s ({answered / elapsed:,.0f}/s)"),
         ("failed", str(sum(1 for o in outcomes if not o.ok))),
-        ("HTTP hit rate", f"{hits / answered:.1%} ({hits} hits)"),
+        ("HTTP hit rate", f"{hits / answered:.1%} ({hits} hits, {hits / elapsed:,.0f} hits/s)"),
         ("HTTP coalesced (shared)", str(by_status.get("shared", 0))),
         ("HTTP bypassed", str(by_status.get("bypass", 0))),
         ("HTTP misses", str(by_status.get("miss", 0))),
@@ -165,39 +176,61 @@ def _print_table(
             "compute seconds saved",
             f"{http['compute_seconds_saved'] + decisions['compute_seconds_saved']:.2f}s",
         ),
-        (
-            f"hit p50 / p99, {concurrency} in flight",
-            f"{_p50_p99(hit_latency)}; server {_p50_p99(tally.server_seconds('hit'))}",
-        ),
-        (
-            f"miss p50 / p99, {concurrency} in flight",
-            f"{_p50_p99(miss_latency)}; server {_p50_p99(tally.server_seconds('miss'))}",
-        ),
-        (
-            "hit p50 / p99, one at a time",
-            f"{_p50_p99(lone_hits)}; server {_p50_p99(alone.server_seconds('hit'))}",
-        ),
         ("store entries", f"{stats['store_entries']} before, {stats['store_entries_now']} after"),
     ]
-    note = (
-        "latency: the client's round trip; server: the server's own time, from its "
-        "Server-Timing header (the rest is the server's HTTP layer, the network and the client)"
-    )
+    # The client's round trip beside the server's own time (Server-Timing): at
+    # microseconds where the cache spends microseconds.
+    latencies = [
+        (
+            f"hit, {concurrency} in flight",
+            _p50_p99(tally.latencies("hit")),
+            _p50_p99(tally.server_seconds("hit")),
+        ),
+        (
+            f"miss, {concurrency} in flight",
+            _p50_p99(tally.latencies("miss")),
+            _p50_p99(tally.server_seconds("miss")),
+        ),
+        (
+            "hit, one at a time",
+            _p50_p99(alone.latencies("hit")),
+            _p50_p99(alone.server_seconds("hit")),
+        ),
+    ]
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        width = max(len(name) for name, _ in rows)
+        width = max(len(name) for name, *_ in [*rows, *latencies, LATENCY_COLUMNS])
         for name, value in rows:
             print(f"{name:<{width}}  {value}")
-        print(note)
+        print()
+        widths = [max(len(row[i]) for row in [*latencies, LATENCY_COLUMNS]) for i in (1, 2)]
+        for name, client, server in [LATENCY_COLUMNS, *latencies]:
+            print(f"{name:<{width}}  {client:<{widths[0]}}  {server}")
+        print(NOTE)
         return
-    table = Table(title="asyncache demo", show_header=False, caption=note)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column()
+    summary = Table(title="asyncache demo", show_header=False)
+    summary.add_column(style="bold", no_wrap=True)
+    summary.add_column()
     for name, value in rows:
-        table.add_row(name, value)
-    Console().print(table)
+        summary.add_row(name, value)
+    timing = Table(title="latency", caption=NOTE)
+    timing.add_column(LATENCY_COLUMNS[0], style="bold", no_wrap=True)
+    timing.add_column(LATENCY_COLUMNS[1], no_wrap=True)
+    timing.add_column(LATENCY_COLUMNS[2], no_wrap=True)
+    for row in latencies:
+        timing.add_row(*row)
+    console = Console()
+    console.print(summary)
+    console.print(timing)
+
+
+def server_command(port: int, store: str, backend: str, *, fresh: bool = False) -> list[str]:
+    """The command that serves the demo on ``127.0.0.1:port``."""
+    command = [sys.executable, "-m", "asyncache.demo.service", "--port", str(port)]
+    command += ["--store", store, "--backend", backend]
+    return [*command, "--fresh"] if fresh else command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,15 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asyncache demo: {exc}", file=sys.stderr)
         return 2
     port = _free_port()
-    command = [sys.executable, "-m", "asyncache.demo.service", "--port", str(port)]
-    command += ["--store", args.store, "--backend", args.backend]
-    if args.fresh:
-        command.append("--fresh")
+    command = server_command(port, args.store, args.backend, fresh=args.fresh)
     log = Path(os.environ.get("ASYNCACHE_DEMO_LOG", os.devnull))
     with log.open("ab") as sink:
         server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
         try:
-            return asyncio.run(_drive(args, port, server))
+            return run(_drive(args, port, server))
         except RuntimeError as exc:
             print(f"asyncache demo: {exc}", file=sys.stderr)
             return 1

@@ -133,7 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fresh", action="store_true")
     args = parser.parse_args(argv)
     app = create_app(args.store, args.backend, fresh=args.fresh)
-    config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
+    # uvloop and httptools when installed (uvicorn's "auto"), no access log: the
+    # demo measures the cache, not the server's logging.
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False
+    )
     asyncio.run(uvicorn.Server(config).serve())
 
 

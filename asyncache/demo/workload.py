@@ -119,7 +119,8 @@ def build_workload(
 ) -> list[Request]:
     """``total`` requests: Zipf repeats over ``distinct`` bodies, bursts and bypasses."""
     rng = random.Random(seed)
-    pool = _distinct_requests(distinct + total // burst_every + 1, rng)
+    bursts = total // burst_every if burst_every else 0
+    pool = _distinct_requests(distinct + bursts + 1, rng)
     weights = [1.0 / (rank**zipf_s) for rank in range(1, distinct + 1)]
     fresh = iter(pool[distinct:])  # bursts are of requests nobody asked before
     requests: list[Request] = []
@@ -144,43 +145,55 @@ async def send_all(
     concurrency: int,
     advance: Callable[[int], None] | None = None,
 ) -> Tally:
-    """Send every request with at most ``concurrency`` in flight; bursts go out together."""
+    """Send every request with ``concurrency`` in flight all along; bursts go out together.
+
+    ``concurrency`` senders each take the next request as soon as their last one is
+    answered (as wrk's connections do), so the load never drains between waves. A
+    sender that takes a burst sends all of its requests at once (the client needs
+    connections for them beside the steady load).
+    """
     tally = Tally()
-    limit = asyncio.Semaphore(concurrency)
-
-    async def one(request: Request) -> None:
-        headers = {"cache-control": "no-store"} if request.bypass else {}
-        body = orjson.dumps(request.body)
-        server_ms = None
-        started = time.perf_counter()
-        try:
-            response = await client.post_json(path, body, headers)
-            ok = response.status == 200
-            status = response.headers.get("x-cache", "none")
-            server_ms = server_timing_ms(response.headers)
-        except Exception:
-            ok, status = False, "error"
-        tally.outcomes.append(Outcome(status, time.perf_counter() - started, ok, server_ms))
-        if advance is not None:
-            advance(1)
-
-    async def limited(request: Request) -> None:
-        async with limit:
-            await one(request)
-
+    outcomes = tally.outcomes
+    units: list[Request | list[Request]] = []
     index = 0
     while index < len(requests):
         request = requests[index]
         if request.burst:
             group = [r for r in requests[index : index + 64] if r.burst == request.burst]
-            await asyncio.gather(*(one(r) for r in group))  # a burst ignores the limit
+            units.append(group)
             index += len(group)
-            continue
-        batch: list[Request] = []
-        while index < len(requests) and not requests[index].burst and len(batch) < concurrency * 4:
-            batch.append(requests[index])
+        else:
+            units.append(request)
             index += 1
-        await asyncio.gather(*(limited(r) for r in batch))
+    queue = iter(units)
+    bypass_headers = {"cache-control": "no-store"}
+    clock = time.perf_counter
+
+    async def one(request: Request) -> None:
+        body = orjson.dumps(request.body)
+        server_ms = None
+        started = clock()
+        try:
+            response = await client.post_json(
+                path, body, bypass_headers if request.bypass else None
+            )
+            ok = response.status == 200
+            status = response.headers.get("x-cache", "none")
+            server_ms = server_timing_ms(response.headers)
+        except Exception:
+            ok, status = False, "error"
+        outcomes.append(Outcome(status, clock() - started, ok, server_ms))
+        if advance is not None:
+            advance(1)
+
+    async def sender() -> None:
+        for unit in queue:  # shared: each unit goes to exactly one sender
+            if isinstance(unit, list):
+                await asyncio.gather(*(one(r) for r in unit))
+            else:
+                await one(unit)
+
+    await asyncio.gather(*(sender() for _ in range(min(concurrency, len(units)) or 1)))
     return tally
 
 
