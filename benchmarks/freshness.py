@@ -17,10 +17,17 @@ offloaded forward pass, so that the processes do not compete for the CPUs).
 - with ``stale_while_revalidate``: every caller gets the stale decision at
   once, and one refresh runs for the fleet (under the lease) in the background.
 
+Hit latency is measured in the same processes, in the same round: a second
+burst, ``FRESH_AFTER`` seconds after the first (once the refresh landed), of
+the same 64 concurrent callers per process on a key stored fresh (unexpired),
+the row ``fresh hit``. Each process makes one hit on that key before the
+first burst (its code paths warm; the expiring key's are not, so any bias is
+against the stale path).
+
 Model runs are counted per expiry (each round), once every refresh has landed.
-Latency is each request's time from the burst's start to its answer, pooled
+Latency is each request's time from its burst's start to its answer, pooled
 over the rounds. Target with SWR: one model run per expiry and a p99 at hit
-latency (far below a model run).
+latency (``SWR p99 / fresh-hit p99`` near 1x; far below a model run).
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from _common import start_redis
 from fleet import START_DELAY, _announce_ready, _percentile, _print, _run_workers, _single_model_run
 
 NAMESPACE = "freshness-bench"
+FRESH_AFTER = 1.0
+"""Seconds from the expiry's burst to the fresh key's: every refresh has landed."""
 
 
 def _cache(store: str, *, swr: float, ttl: float) -> Any:
@@ -82,8 +91,10 @@ def _predictor(cache: Any, runs: Path | None, model_seconds: float) -> Any:
 async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     cache = _cache(args.store, swr=args.swr, ttl=60.0)
     predict = _predictor(cache, Path(args.runs), args.model_ms / 1000)
-    # Fill the connection pool before the burst, as a serving process's would be.
+    # Fill the connection pool before the burst, as a serving process's would be, and
+    # warm the hit path once.
     await asyncio.gather(*[cache.store.get(b"\x00" * 16) for _ in range(args.requests)])
+    await predict(args.fresh_key)
     start_at = await asyncio.to_thread(_announce_ready, args)
     await asyncio.sleep(max(0.0, start_at - time.time()))
     started = time.perf_counter()
@@ -96,9 +107,19 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     while cache.stats()["in_flight"]:  # noqa: ASYNC110 - the refresh, when one runs here, lands
         await asyncio.sleep(0.005)
     stats = cache.stats()
+    # The same burst on a key stored fresh, in this same process: hit latency.
+    await asyncio.sleep(max(0.0, start_at + FRESH_AFTER - time.time()))
+    started = time.perf_counter()
+
+    async def hit() -> float:
+        await predict(args.fresh_key)
+        return time.perf_counter() - started
+
+    hits = await asyncio.gather(*[hit() for _ in range(args.requests)])
     await cache.aclose()
     return {
         "latencies": list(latencies),
+        "hit_latencies": list(hits),
         "stale_hits": stats["stale_hits"],
         "lease_waits": stats["lease_waits"],
         "errors": stats["errors"],
@@ -108,13 +129,15 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
 # -- the parent -------------------------------------------------------------------
 
 
-def _seed(store: str, key: str, *, swr: float) -> None:
-    """Store the key's decision with a ttl that runs out before the burst."""
+def _seed(store: str, key: str, fresh_key: str, *, swr: float) -> None:
+    """Store ``key``'s decision with a ttl that runs out before the burst, and
+    ``fresh_key``'s with one that lasts the round."""
 
     async def seed() -> None:
-        cache = _cache(store, swr=swr, ttl=START_DELAY / 5)
-        await _predictor(cache, None, 0.0)(key)
-        await cache.aclose()
+        for seeded, ttl in ((key, START_DELAY / 5), (fresh_key, 600.0)):
+            cache = _cache(store, swr=swr, ttl=ttl)
+            await _predictor(cache, None, 0.0)(seeded)
+            await cache.aclose()
 
     asyncio.run(seed())
 
@@ -124,12 +147,13 @@ def _round(
 ) -> dict[str, Any]:
     """One expiry: every process's latencies, and how many times the model ran."""
     round_dir = Path(tempfile.mkdtemp(dir=workdir))
-    key = uuid.uuid4().hex
+    key, fresh_key = uuid.uuid4().hex, uuid.uuid4().hex
     go = round_dir / "go"
-    _seed(store, key, swr=swr)
+    _seed(store, key, fresh_key, swr=swr)
     commands: list[list[str]] = []
     for index in range(processes):
         command = [sys.executable, __file__, "--worker", "--store", store, "--key", key]
+        command += ["--fresh-key", fresh_key]
         command += ["--requests", str(requests), "--model-ms", str(model_ms), "--swr", str(swr)]
         command += ["--runs", str(round_dir / "runs"), "--go", str(go)]
         command += ["--ready", str(round_dir / f"{index}.ready")]
@@ -140,6 +164,7 @@ def _round(
     return {
         "runs": len(runs_file.read_text().split()) if runs_file.exists() else 0,
         "latencies": [latency for report in reports for latency in report["latencies"]],
+        "hit_latencies": [latency for report in reports for latency in report["hit_latencies"]],
         "stale_hits": sum(report["stale_hits"] for report in reports),
         "errors": sum(report["errors"] for report in reports),
     }
@@ -156,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--swr", type=float, default=0.0, help=argparse.SUPPRESS)
-    for hidden in ("--key", "--runs", "--ready", "--go", "--out"):
+    for hidden in ("--key", "--fresh-key", "--runs", "--ready", "--go", "--out"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -194,25 +219,43 @@ def main(argv: list[str] | None = None) -> int:
             if server is not None:
                 server.stop()
 
+    swr_rounds = results[modes[1]]
+    hits = [latency for expiry in swr_rounds for latency in expiry["hit_latencies"]]
+    hit_p99 = _percentile(hits, 0.99)
     rows = []
     for swr in modes:
         expiries = results[swr]
         latencies = [latency for expiry in expiries for latency in expiry["latencies"]]
         runs = [expiry["runs"] for expiry in expiries]
+        p99 = _percentile(latencies, 0.99)
         rows.append(
             {
-                "stale_while_revalidate": f"{swr:g} s" if swr else "off",
+                "mode": f"expiry, stale_while_revalidate={swr:g} s" if swr else "expiry, SWR off",
                 "model runs per expiry (max)": max(runs),
                 "model runs per expiry (mean)": round(statistics.fmean(runs), 2),
                 "p50 ms": round(_percentile(latencies, 0.5) * 1000, 1),
-                "p99 ms": round(_percentile(latencies, 0.99) * 1000, 1),
-                "p99 / model run": round(_percentile(latencies, 0.99) / single, 3),
+                "p99 ms": round(p99 * 1000, 1),
+                "p99 / fresh-hit p99": f"{p99 / hit_p99:.2f}x",
+                "p99 / model run": round(p99 / single, 3),
                 "stale hits per expiry": round(
                     statistics.fmean(expiry["stale_hits"] for expiry in expiries), 1
                 ),
                 "store errors": sum(expiry["errors"] for expiry in expiries),
             }
         )
+    rows.append(
+        {
+            "mode": "fresh hit (same processes, after the SWR expiry)",
+            "model runs per expiry (max)": 0,
+            "model runs per expiry (mean)": 0.0,
+            "p50 ms": round(_percentile(hits, 0.5) * 1000, 1),
+            "p99 ms": round(hit_p99 * 1000, 1),
+            "p99 / fresh-hit p99": "1.00x",
+            "p99 / model run": round(hit_p99 / single, 3),
+            "stale hits per expiry": 0.0,
+            "store errors": 0,
+        }
+    )
     total = args.processes * args.requests
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     document = {
@@ -225,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} CPUs, load average {load:.1f} at the end.",
             f"A single model run (median, alone): {single * 1000:.1f} ms. Latency is from the "
             "burst's instant to each caller's answer, over every caller of every expiry.",
+            f"Fresh hit: the same burst on an unexpired key, {FRESH_AFTER:g} s after each "
+            "SWR expiry's, in the same processes: hit latency, the SWR row's goal.",
         ],
     }
     _print(document)
