@@ -124,8 +124,8 @@ class ResponseCapture:
     __slots__ = (
         "_admit",
         "_broadcast",
-        "_fallback",
         "_failure",
+        "_fallback",
         "_finish",
         "_finished",
         "_headers",

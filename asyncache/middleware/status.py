@@ -87,14 +87,15 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
     """An RFC 9211 ``Cache-Status`` member for one outcome."""
     if outcome == "hit":
         member = f"{name}; hit"
-    elif outcome == "stale" and reason is None:
-        # A stored response past its freshness, served while it is refreshed (RFC 9211 4.2).
-        member = f"{name}; hit; fwd=stale"
     elif outcome == "stale":
-        # Served in place of a failed run (stale-if-error): ``reason`` is the status the
-        # app answered, or ``error`` when it raised (then there is no fwd-status).
-        status = f"; fwd-status={reason}" if reason.isdigit() else ""
-        member = f"{name}; fwd=stale{status}; detail=stale-if-error"
+        if reason is None:
+            # A stored response past its freshness, served while it is refreshed (RFC 9211 4.2).
+            member = f"{name}; hit; fwd=stale"
+        else:
+            # Served in place of a failed run (stale-if-error): ``reason`` is the status the
+            # app answered, or ``error`` when it raised (then there is no fwd-status).
+            status = f"; fwd-status={reason}" if reason.isdigit() else ""
+            member = f"{name}; fwd=stale{status}; detail=stale-if-error"
     elif outcome == "miss":
         member = f"{name}; fwd=uri-miss"
     elif outcome == "shared":
