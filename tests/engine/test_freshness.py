@@ -26,7 +26,7 @@ from asyncache import DecisionCache, cached_prediction, open_store
 from asyncache.codec import decode, encode
 from asyncache.stores import DecisionStore
 
-from ..stores.test_contract import _make
+from ..stores.test_contract import store_of
 from ..support import GENEROUS_REDIS_TIMEOUTS, until
 
 STORES = ["memory", "sqlite", "tiered-sqlite", "redis", "redis-cluster", "tiered-redis"]
@@ -39,12 +39,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[DecisionStore]:
-    made, cleanup = _make(request.param, request, tmp_path)
-    try:
+    async with store_of(request.param, request, tmp_path) as made:
         yield made
-    finally:
-        await made.aclose()
-        await cleanup()
 
 
 class Model:
@@ -439,21 +435,20 @@ class CountingStore:
 async def test_a_stale_caller_makes_no_more_store_calls_than_a_hit(
     kind: str, leases: bool, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    inner, cleanup = _make(kind, request, tmp_path)
-    store = CountingStore(inner)
-    # Two caches over one store: the first stores a decision that goes stale, the
-    # second (whose own ttl is long) stores a fresh one and asks for both.
-    short = DecisionCache(inner, ttl=TTL, stale_while_revalidate=60, store_timeout=30)
-    cache = DecisionCache(
-        store,  # type: ignore[arg-type]
-        ttl=600,
-        stale_while_revalidate=60,
-        leases=leases,
-        store_timeout=30,
-    )
-    model = Model()
-    ask_short, ask = door("single", short, model), door("single", cache, model)
-    try:
+    async with store_of(kind, request, tmp_path) as inner:
+        store = CountingStore(inner)
+        # Two caches over one store: the first stores a decision that goes stale, the
+        # second (whose own ttl is long) stores a fresh one and asks for both.
+        short = DecisionCache(inner, ttl=TTL, stale_while_revalidate=60, store_timeout=30)
+        cache = DecisionCache(
+            store,  # type: ignore[arg-type]
+            ttl=600,
+            stale_while_revalidate=60,
+            leases=leases,
+            store_timeout=30,
+        )
+        model = Model()
+        ask_short, ask = door("single", short, model), door("single", cache, model)
         first = await ask_short(1)
         await ask(2)
         await asyncio.sleep(TTL * 1.5)
@@ -473,7 +468,5 @@ async def test_a_stale_caller_makes_no_more_store_calls_than_a_hit(
         assert len(stale_calls) <= len(hit_calls), (stale_calls, hit_calls)
         model.gate.set()
         await until(lambda: len(cache.engine.flights) == 0, "the refresh landed")
-    finally:
-        await short.aclose()  # closes the store (the second close is a no-op)
+        await short.aclose()  # each closes the store: the second close, and store_of's, do nothing
         await cache.aclose()
-        await cleanup()

@@ -30,7 +30,7 @@ from asyncache.middleware import DecisionCacheMiddleware
 from asyncache.stores import DecisionStore
 from asyncache.stores.sqlite import SQLiteStore
 
-from ..stores.test_contract import _make
+from ..stores.test_contract import store_of
 from ..support import until
 from . import Answer, RecordingApp, call, uvicorn_serving
 
@@ -139,12 +139,8 @@ async def test_without_hit_for_pass_followers_queue_behind_the_run() -> None:
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[DecisionStore]:
-    made, cleanup = _make(request.param, request, tmp_path)
-    try:
+    async with store_of(request.param, request, tmp_path) as made:
         yield made
-    finally:
-        await made.aclose()
-        await cleanup()
 
 
 class FlakyApp(RecordingApp):
