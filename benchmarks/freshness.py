@@ -18,11 +18,12 @@ offloaded forward pass, so that the processes do not compete for the CPUs).
   once, and one refresh runs for the fleet (under the lease) in the background.
 
 Hit latency is measured in the same processes, in the same round: a second
-burst, ``FRESH_AFTER`` seconds after the first (once the refresh landed), of
-the same 64 concurrent callers per process on a key stored fresh (unexpired),
-the row ``fresh hit``. Each process makes one hit on that key before the
-first burst (its code paths warm; the expiring key's are not, so any bias is
-against the stale path).
+burst ``FRESH_AFTER`` seconds from the first (once the refresh landed), of the
+same 64 concurrent callers per process on a key stored fresh (unexpired), the
+row ``fresh hit``. A process's second burst is slower than its first (by a
+few milliseconds at p50, whichever key it asks for), so the order alternates:
+the expiry's burst first in even rounds, the fresh key's in odd ones. Each
+process makes one hit on the fresh key before its first burst.
 
 Model runs are counted per expiry (each round), once every refresh has landed.
 Latency is each request's time from its burst's start to its answer, pooled
@@ -98,26 +99,31 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.gather(*[cache.store.get(b"\x00" * 16) for _ in range(args.requests)])
     await predict(args.fresh_key)
     start_at = await asyncio.to_thread(_announce_ready, args)
-    await asyncio.sleep(max(0.0, start_at - time.time()))
-    started = time.perf_counter()
 
-    async def one() -> float:
-        await predict(args.key)
-        return time.perf_counter() - started
+    async def burst(key: str, at: float) -> list[float]:
+        """``args.requests`` concurrent calls for ``key`` at the instant ``at``."""
+        await asyncio.sleep(max(0.0, at - time.time()))
+        started = time.perf_counter()
 
-    latencies = await asyncio.gather(*[one() for _ in range(args.requests)])
+        async def one() -> float:
+            await predict(key)
+            return time.perf_counter() - started
+
+        return await asyncio.gather(*[one() for _ in range(args.requests)])
+
+    # The same burst on a key stored fresh, in this same process: hit latency. Which burst
+    # goes first alternates by round: a process's second burst is the slower one.
+    hits_at, expiry_at = start_at, start_at + FRESH_AFTER
+    if not args.hits_first:
+        hits_at, expiry_at = expiry_at, start_at
+    if args.hits_first:
+        hits = await burst(args.fresh_key, hits_at)
+    latencies = await burst(args.key, expiry_at)
     while cache.stats()["in_flight"]:  # noqa: ASYNC110 - the refresh, when one runs here, lands
         await asyncio.sleep(0.005)
     stats = cache.stats()
-    # The same burst on a key stored fresh, in this same process: hit latency.
-    await asyncio.sleep(max(0.0, start_at + FRESH_AFTER - time.time()))
-    started = time.perf_counter()
-
-    async def hit() -> float:
-        await predict(args.fresh_key)
-        return time.perf_counter() - started
-
-    hits = await asyncio.gather(*[hit() for _ in range(args.requests)])
+    if not args.hits_first:
+        hits = await burst(args.fresh_key, hits_at)
     await cache.aclose()
     return {
         "latencies": list(latencies),
@@ -145,7 +151,14 @@ def _seed(store: str, key: str, fresh_key: str, *, swr: float) -> None:
 
 
 def _round(
-    store: str, *, swr: float, processes: int, requests: int, model_ms: float, workdir: Path
+    store: str,
+    *,
+    swr: float,
+    processes: int,
+    requests: int,
+    model_ms: float,
+    workdir: Path,
+    hits_first: bool,
 ) -> dict[str, Any]:
     """One expiry: every process's latencies, and how many times the model ran."""
     round_dir = Path(tempfile.mkdtemp(dir=workdir))
@@ -155,7 +168,7 @@ def _round(
     commands: list[list[str]] = []
     for index in range(processes):
         command = [sys.executable, __file__, "--worker", "--store", store, "--key", key]
-        command += ["--fresh-key", fresh_key]
+        command += ["--fresh-key", fresh_key, *(["--hits-first"] if hits_first else [])]
         command += ["--requests", str(requests), "--model-ms", str(model_ms), "--swr", str(swr)]
         command += ["--runs", str(round_dir / "runs"), "--go", str(go)]
         command += ["--ready", str(round_dir / f"{index}.ready")]
@@ -183,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--swr", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--hits-first", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--key", "--fresh-key", "--runs", "--ready", "--go", "--out"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -205,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("redis-server is not on PATH: install it, or pass --store URL")
             store = f"{server.url}?prefix=freshness-bench:{uuid.uuid4().hex[:8]}:"
         try:
-            for _ in range(rounds):
+            for index in range(rounds):
                 for swr in modes:  # interleaved: a slow moment of the machine hits both
                     results[swr].append(
                         _round(
@@ -215,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                             requests=args.requests,
                             model_ms=args.model_ms,
                             workdir=workdir,
+                            hits_first=index % 2 == 1,
                         )
                     )
         finally:
@@ -247,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     rows.append(
         {
-            "mode": "fresh hit (same processes, after the SWR expiry)",
+            "mode": "fresh hit (same processes as the SWR expiry)",
             "model runs per expiry (max)": 0,
             "model runs per expiry (mean)": 0.0,
             "p50 ms": round(_percentile(hits, 0.5) * 1000, 1),
@@ -276,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} CPUs, load average {load:.1f} at the end.",
             f"A single model run (median, alone): {single * 1000:.1f} ms. Latency is from the "
             "burst's instant to each caller's answer, over every caller of every expiry.",
-            f"Fresh hit: the same burst on an unexpired key, {FRESH_AFTER:g} s after each "
-            "SWR expiry's, in the same processes: hit latency, the SWR row's goal.",
+            f"Fresh hit: the same burst on an unexpired key, {FRESH_AFTER:g} s from each "
+            "SWR expiry's (before it in every other round), in the same processes: hit "
+            "latency, the SWR row's goal.",
             "Target with stale-while-revalidate: p99 at hit latency (within "
             f"{TARGET_RATIO:g}x the fresh-hit p99) and one model run per expiry for the fleet: "
             f"{'met' if met else 'not met'} ({ratio:.2f}x, at most "
