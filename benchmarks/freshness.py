@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,29 @@ def _round(
     }
 
 
+def _latency(bursts: Iterable[list[float]]) -> dict[str, float]:
+    """p50 and p99 over every caller of ``bursts``, and the median burst's own p99."""
+    bursts = list(bursts)
+    pooled = [latency for burst in bursts for latency in burst]
+    return {
+        "p50": _percentile(pooled, 0.5),
+        "p99": _percentile(pooled, 0.99),
+        "typical": statistics.median(_percentile(burst, 0.99) for burst in bursts),
+    }
+
+
+def _columns(latency: dict[str, float], hit: dict[str, float], single: float) -> dict[str, Any]:
+    """A row's latency columns, beside the fresh hit's and a model run."""
+    return {
+        "p50 ms": round(latency["p50"] * 1000, 1),
+        "p99 ms": round(latency["p99"] * 1000, 1),
+        "p99 / fresh-hit p99": f"{latency['p99'] / hit['p99']:.2f}x",
+        "median expiry's p99 ms": round(latency["typical"] * 1000, 1),
+        "median expiry's p99 / fresh hit's": f"{latency['typical'] / hit['typical']:.2f}x",
+        "p99 / model run": round(latency["p99"] / single, 3),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", help="a shared store URL (default: a private redis-server)")
@@ -237,23 +261,18 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
 
     swr_rounds = results[modes[1]]
-    hits = [latency for expiry in swr_rounds for latency in expiry["hit_latencies"]]
-    hit_p99 = _percentile(hits, 0.99)
+    hit = _latency(expiry["hit_latencies"] for expiry in swr_rounds)
     rows = []
     for swr in modes:
         expiries = results[swr]
-        latencies = [latency for expiry in expiries for latency in expiry["latencies"]]
         runs = [expiry["runs"] for expiry in expiries]
-        p99 = _percentile(latencies, 0.99)
+        latency = _latency(expiry["latencies"] for expiry in expiries)
         rows.append(
             {
                 "mode": f"expiry, stale_while_revalidate={swr:g} s" if swr else "expiry, SWR off",
                 "model runs per expiry (max)": max(runs),
                 "model runs per expiry (mean)": round(statistics.fmean(runs), 2),
-                "p50 ms": round(_percentile(latencies, 0.5) * 1000, 1),
-                "p99 ms": round(p99 * 1000, 1),
-                "p99 / fresh-hit p99": f"{p99 / hit_p99:.2f}x",
-                "p99 / model run": round(p99 / single, 3),
+                **_columns(latency, hit, single),
                 "stale hits per expiry": round(
                     statistics.fmean(expiry["stale_hits"] for expiry in expiries), 1
                 ),
@@ -265,20 +284,15 @@ def main(argv: list[str] | None = None) -> int:
             "mode": "fresh hit (same processes as the SWR expiry)",
             "model runs per expiry (max)": 0,
             "model runs per expiry (mean)": 0.0,
-            "p50 ms": round(_percentile(hits, 0.5) * 1000, 1),
-            "p99 ms": round(hit_p99 * 1000, 1),
-            "p99 / fresh-hit p99": "1.00x",
-            "p99 / model run": round(hit_p99 / single, 3),
+            **_columns(hit, hit, single),
             "stale hits per expiry": 0.0,
             "store errors": 0,
         }
     )
-    swr_row = rows[1]
-    ratio = (
-        _percentile([latency for expiry in swr_rounds for latency in expiry["latencies"]], 0.99)
-        / hit_p99
-    )
-    met = ratio <= TARGET_RATIO and swr_row["model runs per expiry (max)"] == 1
+    swr_latency = _latency(expiry["latencies"] for expiry in swr_rounds)
+    ratio = swr_latency["p99"] / hit["p99"]
+    runs_max = rows[1]["model runs per expiry (max)"]
+    met = ratio <= TARGET_RATIO and runs_max == 1
     total = args.processes * args.requests
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     document = {
@@ -296,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             "latency, the SWR row's goal.",
             "Target with stale-while-revalidate: p99 at hit latency (within "
             f"{TARGET_RATIO:g}x the fresh-hit p99) and one model run per expiry for the fleet: "
-            f"{'met' if met else 'not met'} ({ratio:.2f}x, at most "
-            f"{swr_row['model runs per expiry (max)']} run per expiry).",
+            f"{'met' if met else 'not met'} ({ratio:.2f}x, at most {runs_max} run per expiry). "
+            "The median expiry's p99 (each expiry's own p99, the median over expiries) is "
+            "less sensitive to one burst that the machine's scheduler delayed.",
         ],
     }
     _print(document)
