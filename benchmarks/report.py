@@ -892,13 +892,17 @@ def tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def render_script(run: ScriptRun) -> list[str]:
+def render_script(run: ScriptRun, rerun: str | None = None) -> list[str]:
+    """One script's section; ``rerun`` says how it was rerun alone (``--splice``)."""
     parts = [f"### {run.title}", ""]
     if run.status == "missing":
         parts.append(f"`benchmarks/{run.name}.py` is not in this checkout: not measured.")
         return parts
     parts.append(f"`{shlex.join(['python', *run.command[1:]])}` ({run.seconds:.0f} s)")
     parts.append("")
+    if rerun is not None:
+        parts.append(rerun)
+        parts.append("")
     if run.status != "ok":
         code = f", exit code {run.returncode}" if run.returncode is not None else ""
         parts.append(f"**Not measured: the script {run.status}{code}.** The end of its output:")
@@ -1027,6 +1031,28 @@ def render_page(
     return "\n".join(out)
 
 
+def splice(page: str, title: str, section: str) -> str:
+    """``page`` with the section headed ``### title`` replaced by ``section``.
+
+    The section runs to the next heading of its level or above; the page's
+    other bytes stay as they are.
+
+    Raises:
+        ValueError: the page has no such section.
+    """
+    heading = f"### {title}\n"
+    start = page.find(heading)
+    if start < 0:
+        raise ValueError(f"the page has no section {title!r}")
+    ends = [
+        found
+        for found in (page.find("\n### ", start + 1), page.find("\n## ", start + 1))
+        if found >= 0
+    ]
+    end = min(ends) + 1 if ends else len(page)
+    return page[:start] + section + page[end:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (noisier)")
@@ -1034,6 +1060,11 @@ def main(argv: list[str] | None = None) -> int:
         "--runs", type=int, default=1, help="run each script N times and take medians (default 1)"
     )
     parser.add_argument("--only", nargs="*", help="run only these scripts (by name)")
+    parser.add_argument(
+        "--splice",
+        action="store_true",
+        help="replace only the sections of the scripts run in the existing page (with --only)",
+    )
     parser.add_argument("--no-scripts", action="store_true", help="only this file's measurements")
     parser.add_argument("--no-measure", action="store_true", help="only the scripts")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per script run")
@@ -1046,6 +1077,8 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(
         ["python", "benchmarks/report.py", *(sys.argv[1:] if argv is None else argv)]
     )
+    if args.splice and not (args.only and args.no_measure and args.out.exists()):
+        parser.error("--splice needs --only, --no-measure and an existing page (--out)")
     info = machine()
     series: list[Series] = []
     notes: list[str] = []
@@ -1088,6 +1121,18 @@ def main(argv: list[str] | None = None) -> int:
                         workdir=Path(workdir),
                     )
                 )
+    if args.splice:
+        rerun = (
+            f"Rerun alone on {started:%Y-%m-%d %H:%M} UTC by `{command}` (load average "
+            f"{load_average()} at its end); the other sections are from the run above."
+        )
+        page = args.out.read_text()
+        for run in scripts:
+            # As render_page joins it: its lines, then the blank line before the next heading.
+            page = splice(page, run.title, "\n".join(render_script(run, rerun)) + "\n\n")
+        args.out.write_text(page)
+        log(f"replaced {len(scripts)} section(s) of {args.out}")
+        return 0
     # Other work on the machine slows every number: say how busy it was at both ends.
     ordered: dict[str, str] = {}
     for key, value in info.items():

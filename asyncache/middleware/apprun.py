@@ -4,6 +4,11 @@ The app runs in a task of its own: the engine gets the captured response as
 soon as it is complete, not when the app returns (an app's background work
 runs after its response), and neither a leader that is cancelled nor one
 whose client left cuts the run short for the requests that share it.
+
+A run that may fall back on a stale response (``fallback``) fails for the
+engine when the app raises before its start message or answers one of
+``STALE_IF_ERROR_STATUSES`` (``FailedAnswer``): the engine then answers with
+the stale decision while its window lasts, and what the app sent goes nowhere.
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ from .response import StoredResponse, invalid_reason, private, to_value
 from .settings import ExchangeSettings
 from .types import Message, Receive, Scope
 
-__all__ = ["AppRun", "AppRunner", "LeaderReceive"]
+__all__ = ["AppRun", "AppRunner", "FailedAnswer", "LeaderReceive"]
+
+
+class FailedAnswer(Exception):
+    """The app answered with a failure a stale response may replace (the engine's error)."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(f"the app answered {status}")
+        self.status = status
 
 
 class AppRunner:
@@ -49,6 +62,7 @@ class AppRunner:
         "app",
         "body",
         "broadcast",
+        "fallback",
         "inputs",
         "key",
         "receive",
@@ -78,6 +92,8 @@ class AppRunner:
         """The run of the app, once the engine asked for one."""
         self.broadcast: Broadcast | None = None
         """Where the run's messages go; set before the engine may call ``compute``."""
+        self.fallback = False
+        """A stale response may answer instead of a failure (the engine's ``stale=``)."""
 
     async def compute(self) -> Any:
         """Run the app for this request (the engine calls this at most once per run).
@@ -91,7 +107,9 @@ class AppRunner:
         settings.stats.outcomes["miss"] += 1
         started = time.perf_counter()
         self.app = run = AppRun()
-        run.capture = capture = settings.capture(broadcast, self.scope, self._finish, hold=True)
+        run.capture = capture = settings.capture(
+            broadcast, self.scope, self._finish, hold=True, fallback=self.fallback
+        )
         receive = LeaderReceive(self.receive, broadcast)
         run.task = spawn(self._run_app(run, capture, receive, broadcast))
         try:
@@ -122,8 +140,15 @@ class AppRunner:
                 run.settle(error=cancelled("the app was cancelled"))
                 raise
             run.error = exc
-            broadcast.fail(exc)
-            run.settle(error=exc)  # nothing is stored; whoever shares the run shares this
+            if capture.fail_over():
+                # Nothing was sent: the engine decides whether the stale response answers.
+                run.settle(error=exc)
+                await capture.decided()
+                if not capture.replaced:
+                    broadcast.fail(exc)
+            else:
+                broadcast.fail(exc)
+                run.settle(error=exc)  # nothing is stored; whoever shares the run shares this
         finally:
             if not run.response.is_set():
                 # The app ended without a whole response.
@@ -141,6 +166,9 @@ class AppRunner:
         stats = self.settings.stats
         if response is None:
             stats.not_admitted(reason or "refused")
+            if run.capture is not None and run.capture.failed:
+                run.settle(error=FailedAnswer(run.capture.failed))
+                return
             if reason is not None and private(reason):
                 # Private to its client: identical requests could not have shared it, so
                 # for a while they go straight to the app (hit-for-pass). A failure may
@@ -177,6 +205,14 @@ class AppRunner:
         run = self.app
         if run is not None and run.capture is not None:
             await run.capture.release(decision, run.stored)
+
+    @property
+    def failed(self) -> str:
+        """Why the run failed when the stale response answered instead (``"503"``,
+        ``"error"``); ``""`` when it did not."""
+        run = self.app
+        capture = None if run is None else run.capture
+        return capture.failed if capture is not None and capture.replaced else ""
 
     def abandon(self) -> None:
         """The run was cancelled: what it holds is sent to nobody."""

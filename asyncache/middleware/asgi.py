@@ -126,7 +126,11 @@ class DecisionCacheMiddleware:
             once in the background to refresh it. A response's own
             ``Cache-Control: stale-while-revalidate=N`` asks for less, never more.
         stale_if_error: these routes' stale-if-error window (the cache's when
-            ``None``), capped likewise by a response's ``stale-if-error=N``.
+            ``None``), capped likewise by a response's ``stale-if-error=N``:
+            within it, a run whose app raises before its start or answers 500,
+            502, 503 or 504 is answered with the stored response (``X-Cache:
+            stale``, ``Cache-Status: ...; fwd=stale; fwd-status=503;
+            detail=stale-if-error``), for every request sharing the run.
         pass_ttl: seconds a key whose answer may not be shared (private, a
             ``Set-Cookie``, an unkeyed ``Vary``...) sends identical requests
             straight to the app, each on its own run (``X-Cache: miss``; counted

@@ -13,6 +13,12 @@ message waits only for the app's next message: if the app suspends first (a
 streamed response, a server-sent event), the start goes out at once, and the
 streamed clients keep what they were sent.
 
+A run that may fall back on a stale response (``fallback``: the stored one is
+within its stale-if-error window) holds its start message until the status
+is known: an answer in ``STALE_IF_ERROR_STATUSES`` waits, unsent, until the
+engine decided (``release``): the stale response replaces it (nothing of it
+is sent), or, past the window, it goes out as it would have.
+
 ``finish(response, reason)`` runs once: with the whole response when it may
 be stored (after the last body message was handed on and the ``admit`` hook
 agreed), or with ``None`` and the reason as soon as it may not. A response
@@ -31,7 +37,17 @@ from .freshness import freshness
 from .response import AdmitResponse, Replay, StoredResponse, admitted, refusal, shareable
 from .types import Headers, Message, Scope
 
-__all__ = ["Finish", "ResponseCapture", "ResponseFraming", "response_broadcast"]
+__all__ = [
+    "STALE_IF_ERROR_STATUSES",
+    "Finish",
+    "ResponseCapture",
+    "ResponseFraming",
+    "response_broadcast",
+]
+
+STALE_IF_ERROR_STATUSES = frozenset({500, 502, 503, 504})
+"""The statuses a stale response answers instead, within its stale-if-error window
+(RFC 5861: a 500, 502, 503 or 504 is an error). The app raising is one too."""
 
 Finish = Callable[[StoredResponse | None, str | None], Awaitable[None]]
 
@@ -96,11 +112,20 @@ class ResponseCapture:
         finish: called once with the outcome.
         hold: hold a whole response until ``release`` (a run whose answer the
             engine stores, and may find another process's decision instead).
+        fallback: a stale response may answer instead of a failure
+            (``STALE_IF_ERROR_STATUSES``, or the app raising before its start).
+
+    Attributes:
+        failed: why the run failed while a stale response could replace it:
+            its status (``"503"``) or ``"error"`` (the app raised); ``""`` otherwise.
+        replaced: the stale response answers instead (``release`` said so).
     """
 
     __slots__ = (
         "_admit",
         "_broadcast",
+        "_failure",
+        "_fallback",
         "_finish",
         "_finished",
         "_headers",
@@ -114,6 +139,8 @@ class ResponseCapture:
         "_statuses",
         "_storing",
         "_whole",
+        "failed",
+        "replaced",
     )
 
     def __init__(
@@ -127,6 +154,7 @@ class ResponseCapture:
         admit: AdmitResponse | None,
         finish: Finish,
         hold: bool = False,
+        fallback: bool = False,
     ) -> None:
         self._broadcast = broadcast
         self._scope = scope
@@ -145,6 +173,11 @@ class ResponseCapture:
         self._whole: list[Message] = []
         """A whole response (start, body) waiting for ``release``."""
         self._released = new_event()
+        self._fallback = fallback
+        self._failure: Message | None = None
+        """A failing answer's start message, unsent until ``release``."""
+        self.failed = ""
+        self.replaced = False
 
     @property
     def finished(self) -> bool:
@@ -157,6 +190,12 @@ class ResponseCapture:
         return bool(self._whole) and not self._released.is_set()
 
     async def __call__(self, message: Message) -> None:
+        if self.failed:
+            # A failing answer goes on only once the engine decided: the stale response
+            # answers instead (what the app sends goes nowhere), or its own start went out.
+            await self._released.wait()
+            if self.replaced:
+                return
         kind = message["type"]
         broadcast = self._broadcast
         if self._held is not None:
@@ -189,6 +228,12 @@ class ResponseCapture:
                 left = freshness(message["headers"], time.time()).left
                 if left is not None and not left > 0:
                     reason = "stale"
+            if self._fallback and message["status"] in STALE_IF_ERROR_STATUSES:
+                # Neither sent nor told to followers yet: a stale response may answer.
+                self._failure = message
+                self.failed = str(message["status"])
+                await self._done(None, reason)
+                return
             broadcast.decide(shared=shareable(reason))
             if reason is None:
                 self._storing = True
@@ -240,14 +285,33 @@ class ResponseCapture:
             except OSError:
                 pass  # nobody reads any more: the app learns it from its next send
 
+    def fail_over(self) -> bool:
+        """The app raised: whether a stale response may still answer (nothing was sent).
+
+        Then ``failed`` says so, and the run waits for ``release`` (``decided``).
+        """
+        if not self._fallback or (self._broadcast.ran and not self.failed):
+            return False
+        self.failed = self.failed or "error"
+        return True
+
+    async def decided(self) -> None:
+        """Return once ``release`` (or ``abandon``) ran."""
+        await self._released.wait()
+
     async def release(self, stored: Any, own: Any) -> None:
         """Send the held response, or the one the store kept instead of it.
 
         ``stored`` is the engine's answer for this run (the decision that won
         the store's ``add``, or ``None``); ``own`` is this run's stored form.
         Another process's answer replaces the held one; so does nothing else
-        (a refusal, a store that failed: this run's answer stands).
+        (a refusal, a store that failed: this run's answer stands). A failed
+        run's answer is the stale response when the engine gave one (``stored``),
+        and then the caller sends that (``replaced``); else its own goes out.
         """
+        if self.failed:
+            await self._release_failure(stored is not None)
+            return
         if not self.holding:
             return
         messages = self._whole
@@ -259,6 +323,18 @@ class ResponseCapture:
                 await self._broadcast.push(message, len(message.get("body", b"")))
         except OSError:
             pass  # every client went away; the app's send says nothing of it
+        finally:
+            self._released.set()
+
+    async def _release_failure(self, replaced: bool) -> None:
+        start, self._failure = self._failure, None
+        self.replaced = replaced
+        try:
+            if start is not None and not replaced:
+                self._broadcast.decide(shared=False)
+                await self._broadcast.push(start)
+        except OSError:
+            pass  # nobody reads: the app learns it from its next send
         finally:
             self._released.set()
 

@@ -25,7 +25,13 @@ the leader included, sends its messages to its own client as they come. So:
 - a follower whose run has not started its answer within ``RunTimes.wait``
   (a few times the route's typical run, or ``follower_timeout``) runs the app
   on its own;
-- followers of a run that ended before its start message elect one new leader.
+- followers of a run that ended before its start message elect one new leader;
+- a run whose stored response is within its stale-if-error window answers, when
+  the app raises before its start or answers 500, 502, 503 or 504
+  (``STALE_IF_ERROR_STATUSES``), every request sharing it with the stale
+  response (``X-Cache: stale``, ``Cache-Status: ...; fwd=stale;
+  fwd-status=503; detail=stale-if-error``); past the window the failure goes
+  out as it came.
 
 The leader's request ends when the app does (its background work runs after
 the response); a follower's when its response is sent.
@@ -50,7 +56,7 @@ from ..engine import (
 )
 from ..errors import DecodeError, ReplayMiss
 from ..stats import RateLimitedLog
-from .apprun import AppRunner
+from .apprun import AppRunner, FailedAnswer
 from .capture import response_broadcast
 from .request import RequestHead, request_inputs
 from .response import InvalidEntry, Replay, hook_agrees
@@ -163,7 +169,8 @@ class Exchange:
                         engine.serve_stale(self.key, value, refresh, self.inputs_made())
                     )
                     return
-                stale, value = value, MISS  # within stale-if-error: its run replaces it
+                # Within stale-if-error: its run replaces it, or answers with it if it fails.
+                stale, value = value, MISS
             if value is not MISS:
                 await self.answer(value)
                 return
@@ -199,9 +206,13 @@ class Exchange:
         self.source = "hit" if source == "hit" else "shared"
 
     async def answer(self, value: Any) -> None:
-        """Send a stored or shared response, unless it is invalid or ``on_hit`` refuses it."""
+        """Send a stored or shared response, unless it is invalid or ``on_hit`` refuses it.
+
+        ``source`` names the outcome, with a reason after ``:`` for a stale
+        response that answered a failed run (``stale:503``, ``stale:error``).
+        """
         settings = self.settings
-        outcome = self.source
+        outcome, _, reason = self.source.partition(":")
         try:
             replay = Replay.of(value, head=self.scope["method"] == "HEAD")
         except InvalidEntry as exc:
@@ -214,7 +225,7 @@ class Exchange:
             await self.bypass("on_hit")
             return
         settings.stats.outcomes[outcome] += 1
-        start, body = replay.messages(settings.headers.for_outcome(outcome))
+        start, body = replay.messages(settings.headers.for_outcome(outcome, reason or None))
         await self.send(start)
         await self.send(body)
 
@@ -252,7 +263,10 @@ class Exchange:
                 await self.lead(None, listed=False)
                 return True
             if broadcast.source:
-                # The leader got its answer without running the app here.
+                # The leader got its answer without running the app here, or its run
+                # failed and the stale response answers instead.
+                if broadcast.source.startswith("stale:"):
+                    engine.stats.stale_if_error_hits += 1
                 self.source = broadcast.source
                 await self.answer(broadcast.value)
                 return True
@@ -326,16 +340,27 @@ class Exchange:
         broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=listed)
         runner = runner or self._runner()
         runner.broadcast = broadcast
+        runner.fallback = listed and stale is not None
         reader = broadcast.join(owner=True)
         spawn(self._produce(runner, broadcast, listed, stale))
         # Whatever the app sends, from its first message on (an extension's message may
         # come before the start), until the app ends or the answer came without it.
         await self.pump(broadcast, reader, "miss")
+        run = runner.app
         if broadcast.source:
             self.source = broadcast.source
             await self.answer(broadcast.value)
+            if run is not None:
+                # The run failed and the stale response answered: the request still ends
+                # when the app does, and what the app raised is logged, not raised.
+                await run.finished.wait()
+                if run.error is not None:
+                    _log.warning(
+                        "stale_if_error",
+                        "asyncache: the app raised; the stale response answered: %r",
+                        run.error,
+                    )
             return
-        run = runner.app
         if run is not None:
             # The request ends when the app does (and what it may store is stored);
             # what the app raised is the server's to see.
@@ -384,14 +409,18 @@ class Exchange:
                 raise
             # The app's own response, if it is held, goes out before the failure is told.
             await runner.release(None)
-            broadcast.fail(exc)
+            if type(exc) is not FailedAnswer:  # a failing answer is the app's: it goes on
+                broadcast.fail(exc)
         else:
             if runner.app is None:
                 broadcast.resolve(value, self.source)
             else:
                 # First decision wins: a whole response goes out once the store decided,
-                # and another process's stored answer replaces this run's.
+                # and another process's stored answer replaces this run's; the stale
+                # response replaces a failed run's.
                 await runner.release(value)
+                if runner.failed:
+                    broadcast.resolve(value, f"stale:{runner.failed}")
         finally:
             broadcast.joinable = False
             broadcast.settled.set()

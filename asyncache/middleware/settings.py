@@ -162,9 +162,15 @@ class ExchangeSettings:
         self.engine.stats.bypassed += 1
 
     def capture(
-        self, broadcast: Broadcast, scope: Scope, finish: Any, *, hold: bool = False
+        self,
+        broadcast: Broadcast,
+        scope: Scope,
+        finish: Any,
+        *,
+        hold: bool = False,
+        fallback: bool = False,
     ) -> ResponseCapture:
-        """The app's ``send`` for one run (``hold``: see ``ResponseCapture``)."""
+        """The app's ``send`` for one run (``hold``, ``fallback``: see ``ResponseCapture``)."""
         return ResponseCapture(
             broadcast,
             scope=scope,
@@ -174,4 +180,5 @@ class ExchangeSettings:
             admit=self.admit,
             finish=finish,
             hold=hold,
+            fallback=fallback,
         )

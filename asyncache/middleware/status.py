@@ -48,7 +48,8 @@ class StatusHeaders:
 
     def for_outcome(self, outcome: str, reason: str | None = None) -> FixedHeaders:
         """The headers of one outcome (``hit``, ``stale``, ``miss``, ``shared``, ``bypass``,
-        ``disabled``)."""
+        ``disabled``); a ``stale`` one with a ``reason`` answered a failed run (stale-if-error):
+        the app's status, or ``error``."""
         memo = outcome if reason is None else f"{outcome}:{reason}"
         headers = self._memo.get(memo)
         if headers is None:
@@ -87,8 +88,14 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
     if outcome == "hit":
         member = f"{name}; hit"
     elif outcome == "stale":
-        # A stored response past its freshness, served while it is refreshed (RFC 9211 4.2).
-        member = f"{name}; hit; fwd=stale"
+        if reason is None:
+            # A stored response past its freshness, served while it is refreshed (RFC 9211 4.2).
+            member = f"{name}; hit; fwd=stale"
+        else:
+            # Served in place of a failed run (stale-if-error): ``reason`` is the status the
+            # app answered, or ``error`` when it raised (then there is no fwd-status).
+            status = f"; fwd-status={reason}" if reason.isdigit() else ""
+            member = f"{name}; fwd=stale{status}; detail=stale-if-error"
     elif outcome == "miss":
         member = f"{name}; fwd=uri-miss"
     elif outcome == "shared":

@@ -11,6 +11,7 @@ callers got and how often the model ran, never how long anything took.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from asyncache import DecisionCache, cached_prediction, open_store
 from asyncache.codec import decode, encode
 from asyncache.stores import DecisionStore
 
-from ..stores.test_contract import _make
+from ..stores.test_contract import store_of
 from ..support import GENEROUS_REDIS_TIMEOUTS, until
 
 STORES = ["memory", "sqlite", "tiered-sqlite", "redis", "redis-cluster", "tiered-redis"]
@@ -38,12 +39,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[DecisionStore]:
-    made, cleanup = _make(request.param, request, tmp_path)
-    try:
+    async with store_of(request.param, request, tmp_path) as made:
         yield made
-    finally:
-        await made.aclose()
-        await cleanup()
 
 
 class Model:
@@ -409,3 +406,67 @@ async def test_a_function_may_cache_its_own_errors() -> None:
             await predict(1)
     assert model.runs == 1
     await cache.aclose()
+
+
+class CountingStore:
+    """A store whose calls are counted per task (``by``), forwarding to a real one."""
+
+    def __init__(self, inner: DecisionStore) -> None:
+        self._inner = inner
+        self.by: dict[asyncio.Task[Any] | None, list[str]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._inner, name)
+        if name.startswith("_") or not inspect.iscoroutinefunction(attribute):
+            return attribute
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.by.setdefault(asyncio.current_task(), []).append(name)
+            return await attribute(*args, **kwargs)
+
+        return counted
+
+    def calls(self, task: asyncio.Task[Any]) -> list[str]:
+        return self.by.get(task, [])
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("leases", [False, True])
+async def test_a_stale_caller_makes_no_more_store_calls_than_a_hit(
+    kind: str, leases: bool, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    async with store_of(kind, request, tmp_path) as inner:
+        store = CountingStore(inner)
+        # Two caches over one store: the first stores a decision that goes stale, the
+        # second (whose own ttl is long) stores a fresh one and asks for both.
+        short = DecisionCache(inner, ttl=TTL, stale_while_revalidate=60, store_timeout=30)
+        cache = DecisionCache(
+            store,  # type: ignore[arg-type]
+            ttl=600,
+            stale_while_revalidate=60,
+            leases=leases,
+            store_timeout=30,
+        )
+        model = Model()
+        ask_short, ask = door("single", short, model), door("single", cache, model)
+        first = await ask_short(1)
+        await ask(2)
+        await asyncio.sleep(TTL * 1.5)
+
+        async def calls_of(x: int) -> tuple[str, list[str]]:
+            task = asyncio.create_task(ask(x))
+            answer = await asyncio.wait_for(task, HANG)
+            return answer, store.calls(task)
+
+        hit, hit_calls = await calls_of(2)
+        model.gate = asyncio.Event()  # the refresh is held: the stale caller may not wait for it
+        stale, stale_calls = await calls_of(1)
+        assert (hit, stale) == ("2:run2", first)
+        assert cache.stats()["stale_hits"] == 1
+        await until(lambda: model.runs == 3, "the refresh runs the model")
+        # The refresh's own calls (its lease, its compare-and-set) are its task's.
+        assert len(stale_calls) <= len(hit_calls), (stale_calls, hit_calls)
+        model.gate.set()
+        await until(lambda: len(cache.engine.flights) == 0, "the refresh landed")
+        await short.aclose()  # each closes the store: the second close, and store_of's, do nothing
+        await cache.aclose()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import ClassVar
 
@@ -78,6 +79,19 @@ def _make(
     raise AssertionError(kind)
 
 
+@asynccontextmanager
+async def store_of(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[DecisionStore]:
+    """A fresh store of ``kind`` (``memory``, ``sqlite``, ``redis``...), closed and swept after."""
+    made, cleanup = _make(kind, request, tmp_path)
+    try:
+        yield made
+    finally:
+        await made.aclose()
+        await cleanup()
+
+
 class ProjectStore:
     """Gives the contract its ``store``: a fresh one of ``kind``, closed and swept after."""
 
@@ -87,12 +101,8 @@ class ProjectStore:
     async def store(
         self, request: pytest.FixtureRequest, tmp_path: Path
     ) -> AsyncIterator[DecisionStore]:
-        made, cleanup = _make(self.kind, request, tmp_path)
-        try:
+        async with store_of(self.kind, request, tmp_path) as made:
             yield made
-        finally:
-            await made.aclose()
-            await cleanup()
 
 
 class TestMemoryStore(ProjectStore, StoreContract, EntryScanContract):
