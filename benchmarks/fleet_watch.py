@@ -63,6 +63,7 @@ BASELINE = 3.0  # seconds before a fault that set the level hits must return to
 BURST = 64
 BURST_INPUTS = 1_000_000  # the first input a burst asks for (the steady load's are below)
 STALL_SECONDS = 5.0
+FAULT_WINDOW = 5.0  # seconds after a fault whose requests are "during" it
 
 
 # -- the load (one process per --clients) -------------------------------------------------
@@ -82,9 +83,8 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     start_at = float(args.start_at)
     stop_at = start_at + args.duration
     burst_inputs = iter(range(BURST_INPUTS + args.seed * 100_000, 10_000_000))
-    async with LoadClient(
-        "127.0.0.1", args.port, connections=args.connections + BURST, timeout=30.0
-    ) as client:
+    connections = (args.open_connections if args.rate else args.connections) + BURST
+    async with LoadClient("127.0.0.1", args.port, connections=connections, timeout=30.0) as client:
 
         async def one(item: int) -> None:
             body = b'{"input":%d}' % item
@@ -113,6 +113,29 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
             while time.time() < stop_at:
                 await one(rng.choices(population, weights)[0])
 
+        shed = 0
+        flying: set[asyncio.Task[None]] = set()
+
+        async def paced() -> None:
+            # Open loop: a request every 1/rate s whatever the earlier ones are doing, so
+            # that requests waiting out a fault do not stop the other keys' requests
+            # (a closed loop's connections all end up waiting on the faulted keys).
+            nonlocal shed
+            loop = asyncio.get_running_loop()
+            interval = 1.0 / args.rate
+            next_at = loop.time()
+            while time.time() < stop_at:
+                if len(flying) < args.open_connections:
+                    task = loop.create_task(one(rng.choices(population, weights)[0]))
+                    flying.add(task)
+                    task.add_done_callback(flying.discard)
+                else:
+                    shed += 1  # every connection is busy: counted, never sent
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if flying:
+                await asyncio.wait(list(flying))
+
         async def bursts() -> None:
             while True:
                 await asyncio.sleep(args.burst_every)
@@ -123,12 +146,12 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
 
         await asyncio.sleep(max(0.0, start_at - time.time()))
         cpu = time.process_time()
-        tasks = [steady() for _ in range(args.connections)]
+        tasks = [paced()] if args.rate else [steady() for _ in range(args.connections)]
         if args.burst_every > 0:
             tasks.append(bursts())
         await asyncio.gather(*tasks)
         cpu = time.process_time() - cpu
-    return {"records": records, "cpu": cpu}
+    return {"records": records, "cpu": cpu, "shed": shed}
 
 
 # -- the fleet ----------------------------------------------------------------------------
@@ -448,6 +471,19 @@ def _hit_rate(records: list[list[Any]]) -> float | None:
     return sum(r[4] == "hit" for r in records) / len(records) if records else None
 
 
+def _back_after(records: list[list[Any]], at: float, until: float, level: float) -> float | str:
+    """Seconds after ``at`` until the first window whose hit rate is back within 10% of
+    ``level`` (windows of requests sent then; the first window, the fault's own, is
+    skipped), or ``">N"`` when none before ``until``."""
+    t = at + WINDOW
+    while t < until:
+        rate = _hit_rate([r for r in records if t <= r[0] < t + WINDOW])
+        if rate is not None and rate >= 0.9 * level:
+            return round(t - at, 2)
+        t += WINDOW
+    return f">{until - at:.0f}"
+
+
 def _analyse(
     records: list[list[Any]],
     runs: list[str],
@@ -459,10 +495,13 @@ def _analyse(
     failed = [r for r in records if r[3] != 200]
     answers: dict[int, set[str]] = defaultdict(set)
     first_second: dict[int, float] = {}
+    # A disagreement is charged to the moment the request that got the second answer
+    # was sent (answers taken in the order they were given): the fault window it
+    # belongs to, even when that request ended after the next fault began.
     for r in sorted(ok, key=lambda r: r[0] + r[1]):
         answers[r[2]].add(r[6])
         if len(answers[r[2]]) == 2:
-            first_second[r[2]] = r[0] + r[1]
+            first_second[r[2]] = r[0]
     run_counts = Counter(int(line.split()[0]) for line in runs if line.strip())
     hits = [r for r in ok if r[4] == "hit"]
     summary: dict[str, Any] = {
@@ -490,22 +529,18 @@ def _analyse(
         before = [r for r in ok if at - BASELINE <= r[0] < at]
         during = [r for r in records if at <= r[0] < until]
         level = _hit_rate(before) or 0.0
-        recovered = None
-        t = at
-        while t < until:
-            window = [r for r in ok if t <= r[0] < t + WINDOW]
-            rate = _hit_rate(window)
-            if rate is not None and rate >= 0.9 * level and t > at:
-                recovered = round(t - at, 2)
-                break
-            t += WINDOW
+        recovered = _back_after(ok, at, until, level)
         row = {
             "fault": fault["fault"],
             "at s": round(at, 1),
+            "requests/s before / during": (
+                f"{len(before) / BASELINE:.0f} / "
+                f"{sum(1 for r in records if at <= r[0] < at + FAULT_WINDOW) / FAULT_WINDOW:.0f}"
+            ),
             "failed": sum(1 for r in during if r[3] != 200),
             "disagreeing inputs": sum(1 for v in first_second.values() if at <= v < until),
             "hit rate before": round(level, 3),
-            "hits back after s": recovered if recovered is not None else f">{until - at:.0f}",
+            "hits back after s": recovered,
             "slowest request s": round(max((r[1] for r in during), default=0.0), 2),
         }
         if fault.get("promoted_after") is not None:
@@ -520,7 +555,7 @@ def _analyse(
             # The 5 s after the fault: the failover or the stall. Burst inputs are left
             # out: new by design (one miss, 63 shared), they are no key's hit rate, and
             # while the waiting mode holds most connections they would be most of it.
-            hot = [r for r in ok if at <= r[0] < at + 5.0 and r[2] < BURST_INPUTS]
+            hot = [r for r in ok if at <= r[0] < at + FAULT_WINDOW and r[2] < BURST_INPUTS]
             before = [r for r in before if r[2] < BURST_INPUTS]
             base_out = [r for r in before if not inside(r[2])]
             out = [r for r in hot if not inside(r[2])]
@@ -529,6 +564,13 @@ def _analyse(
                 f"{_hit_rate(base_out) or 0:.3f} / {_hit_rate(out) or 0:.3f}"
             )
             row["its keys' hit rate during"] = round(_hit_rate(into) or 0.0, 3)
+            base_in = [r for r in before if inside(r[2])]
+            row["its keys' hits back after s"] = _back_after(
+                [r for r in ok if r[2] < BURST_INPUTS and inside(r[2])],
+                at,
+                until,
+                _hit_rate(base_in) or 0.0,
+            )
             row["disagreements on its keys / others"] = (
                 f"{sum(1 for i, v in first_second.items() if at <= v < until and inside(i))}"
                 f" / {sum(1 for i, v in first_second.items() if at <= v < until and not inside(i))}"
@@ -544,6 +586,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--clients", type=int, default=2, help="load processes")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=300.0,
+        help="requests/s each load process sends, open loop (0: a closed loop of --connections)",
+    )
+    parser.add_argument(
+        "--open-connections",
+        type=int,
+        default=1024,
+        help="per load process, open loop: most requests in flight (beyond: shed, counted)",
+    )
     parser.add_argument("--connections", type=int, default=16, help="per load process")
     parser.add_argument("--distinct", type=int, default=5000)
     parser.add_argument("--zipf", type=float, default=1.1)
@@ -564,6 +618,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="start a killed primary again once its replica is promoted (it comes back empty)",
     )
+    parser.add_argument(
+        "--both-modes",
+        action="store_true",
+        help="run twice: fail_open (the default), then the waiting mode (store_wait=--wait)",
+    )
+    parser.add_argument(
+        "--wait", type=float, default=15.0, help="store_wait of --both-modes' waiting run (s)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     parser.add_argument(
         "--keep", metavar="DIR", help="copy the run's logs, model runs and records to DIR"
@@ -580,10 +642,44 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.replicas, args.faults, args.phase, args.distinct = 2, "primary", 8.0, 500
-    args.cache_options = {}
+    options: dict[str, Any] = {}
     for option in args.cache_option:
         name, _, value = option.partition("=")
-        args.cache_options[name] = json.loads(value)
+        options[name] = json.loads(value)
+    command = "python benchmarks/fleet_watch.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if not args.both_modes:
+        args.cache_options = options
+        report = _run(args)
+        report["command"] = command
+        _print(report)
+    else:
+        modes: dict[str, Any] = {}
+        keep = args.keep
+        for mode, extra in (
+            ("fail_open", {}),
+            (f"waiting (store_wait={args.wait:g})", {"store_wait": args.wait}),
+        ):
+            args.cache_options = {**options, **extra}
+            if keep:
+                args.keep = str(Path(keep, "waiting" if extra else "fail_open"))
+            modes[mode] = _run(args)
+            print(f"== {mode}")
+            _print(modes[mode])
+            print()
+        report = {
+            "title": "A fleet you can watch: both consistency modes, the same faults",
+            "command": command,
+            "load average (1/5/15 min) at end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            **modes,
+        }
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> dict[str, Any]:
+    """One run of the fleet under load and faults, with ``args.cache_options``; its report."""
+    load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     faults = [f for f in args.faults.split(",") if f]
     duration = args.phase * (len(faults) + 1)
 
@@ -611,6 +707,10 @@ def main(argv: list[str] | None = None) -> int:
                             str(duration),
                             "--connections",
                             str(args.connections),
+                            "--rate",
+                            str(args.rate),
+                            "--open-connections",
+                            str(args.open_connections),
                             "--distinct",
                             str(args.distinct),
                             "--zipf",
@@ -665,9 +765,16 @@ def main(argv: list[str] | None = None) -> int:
     report["summary"]["load CPU share"] = round(
         sum(result["cpu"] for result in results) / (duration * (os.cpu_count() or 1)), 3
     )
+    report["summary"]["requests shed (every connection busy)"] = sum(
+        result.get("shed", 0) for result in results
+    )
     report["settings"] = {
         "replicas": args.replicas,
-        "clients x connections": f"{args.clients} x {args.connections}",
+        "load": (
+            f"{args.clients} processes x {args.rate:g} requests/s, open loop"
+            if args.rate
+            else f"{args.clients} processes x {args.connections} connections, closed loop"
+        ),
         "distinct inputs": args.distinct,
         "zipf": args.zipf,
         "burst": f"{BURST} every {args.burst_every} s",
@@ -675,18 +782,16 @@ def main(argv: list[str] | None = None) -> int:
         "phase s": args.phase,
         "cache options": args.cache_options or "defaults (fail_open)",
         "machine": machine(),
+        "load average (1/5/15 min) at start / end": (
+            f"{load_at_start} / " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+        ),
     }
-    report["command"] = "python benchmarks/fleet_watch.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    _print(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    return report
 
 
 def _print(report: dict[str, Any]) -> None:
-    print(report["command"])
+    if "command" in report:
+        print(report["command"])
     print(table(["measure", "value"], list(report["summary"].items())))
     if report["faults"]:
         columns = sorted({c for row in report["faults"] for c in row}, key=_column_order)
@@ -697,7 +802,19 @@ def _print(report: dict[str, Any]) -> None:
 
 
 def _column_order(column: str) -> int:
-    order = ["fault", "at s", "failed", "disagreeing inputs", "hits back after s"]
+    order = [
+        "fault",
+        "at s",
+        "requests/s before / during",
+        "failed",
+        "disagreeing inputs",
+        "disagreements on its keys / others",
+        "promoted after s",
+        "hits back after s",
+        "its keys' hits back after s",
+        "other keys' hit rate before / during",
+        "its keys' hit rate during",
+    ]
     return order.index(column) if column in order else len(order)
 
 

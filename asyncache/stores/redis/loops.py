@@ -34,7 +34,7 @@ from .channels import Handler, Invalidations, Listener
 from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
 from .leases import LeaseKeys
-from .nodes import NodeHealth, read_per_node
+from .nodes import NodeHealth, read_per_node, write_per_node
 from .scripts import DELETE, RENEW, REPLACE, SWAP
 from .url import Client
 
@@ -168,7 +168,8 @@ class Bound:
         self.reads: Batcher[bytes, bytes | None] = Batcher(self.gate, self._get_batch)
         """Concurrent ``get``s, sent as one ``MGET`` (one per node, per hash slot, on a cluster)."""
         self.adds: Batcher[Command, bytes | None] = Batcher(self.gate, self._add_batch)
-        """Concurrent ``add``s, sent as one pipeline of ``SET NX GET``."""
+        """Concurrent ``add``s, sent as one pipeline of ``SET NX GET`` (one per node on a
+        cluster, each failing alone)."""
         # Lone gets go over a connection of their own when the store owns the client and
         # its pool has room for one beyond the commands in flight (``from_url`` sizes it
         # so: listener + lone gets): see ``get``.
@@ -196,7 +197,14 @@ class Bound:
             client, self.gate, f"asyncache-redis-{prefix!r}", handlers, invalidations.gap
         )
         self.leases = LeaseKeys(
-            client, self.gate, prefix, self.pipeline, self.listener.ensure, settings.counters
+            client,
+            self.gate,
+            prefix,
+            self.pipeline,
+            self.listener.ensure,
+            settings.counters,
+            settings.nodes,
+            self.node_timeout,
         )
         if invalidations.callbacks:
             self.listener.ensure()
@@ -260,7 +268,10 @@ class Bound:
         found = dict(zip(unique, raws, strict=True))
         return [found[name] for name in names]
 
-    async def _add_batch(self, commands: list[Command]) -> list[bytes | None]:
+    async def _add_batch(self, commands: list[Command]) -> list[bytes | StoreError | None]:
+        if isinstance(self.client, RedisCluster):
+            # One pipeline per node, side by side: a stalled node fails only its adds.
+            return await write_per_node(self.client, commands, self.node_timeout, self.nodes)
         pipe = self.pipeline()
         for args, options in commands:
             pipe.execute_command(*args, **options)

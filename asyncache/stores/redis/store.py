@@ -307,7 +307,8 @@ class RedisStore:
         expires_at = expiry(expires_at)
         command = self._command(name, value, expires_at, time.time())
         adds = bound.adds
-        if adds.lone():
+        # On a cluster every add is gathered, so that it goes out per node (``nodes``).
+        if adds.lone() and not bound.cluster:
             adds.busy += 1
             try:
                 async with bound.gate:

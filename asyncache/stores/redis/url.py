@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_RETRIES",
     "DEFAULT_SOCKET_TIMEOUT",
+    "TOPOLOGY_REFRESH",
     "OPTIONS",
     "SCHEMES",
     "Client",
@@ -54,6 +55,11 @@ DEFAULT_MAX_CONNECTIONS = 64
 DEFAULT_RETRIES = 2
 DEFAULT_BACKOFF_BASE = 0.01
 DEFAULT_BACKOFF_CAP = 0.25
+TOPOLOGY_REFRESH = 0.2
+"""Seconds between two topology refreshes a cluster client's errors ask for (redis-py's
+``topology_refresh_min_interval``, 1 s by default): after a failover the client
+follows the promoted replica within about this, plus a node's cool-down
+(``nodes.NODE_COOLDOWN``)."""
 
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
@@ -267,7 +273,13 @@ def _build(url: str, overrides: Mapping[str, object]) -> Connected:
             raise ConfigurationError("Redis Cluster has only database 0")
         nodes = [ClusterNode(host, port) for host, port in _hosts(hostinfo, url)]
         tls_options: dict[str, Any] = {"ssl": True, **ssl_options} if tls else {}
-        cluster = Cluster(startup_nodes=nodes, max_connections=pool_size, **common, **tls_options)
+        cluster = Cluster(
+            startup_nodes=nodes,
+            max_connections=pool_size,
+            topology_refresh_min_interval=TOPOLOGY_REFRESH,
+            **common,
+            **tls_options,
+        )
         return Connected(cluster, prefix, max_connections, pool_timeout)
 
     pool_kwargs: dict[str, Any] = {**common, "db": db or 0}
