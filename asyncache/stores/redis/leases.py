@@ -52,6 +52,8 @@ class LeaseKeys:
         health: a cluster's health per node: a lease step on a cooling node's key
             fails at once (``nodes.on_node``), a failed one counts against its node.
         node_timeout: a cluster node's own bound (the client's ``socket_timeout``).
+        node_gate: a cluster node's own gate: on a cluster a lease step takes a slot
+            of its node's gate instead of ``gate``.
     """
 
     def __init__(
@@ -64,7 +66,9 @@ class LeaseKeys:
         counters: dict[str, int],
         health: NodeHealth | None = None,
         node_timeout: float | None = None,
+        node_gate: Callable[[str], Gate] | None = None,
     ) -> None:
+        self.node_gate = node_gate
         self.client = client
         self.health = health
         self.node_timeout = node_timeout
@@ -150,10 +154,12 @@ class LeaseKeys:
 
     async def step(self, name: bytes, send: Callable[[], Awaitable[T]]) -> T:
         """``send()`` through the gate; on a cluster, per node (``nodes.on_node``)."""
-        async with self.gate:
-            if self.health is None or not isinstance(self.client, RedisCluster):
+        client, health, node_gate = self.client, self.health, self.node_gate
+        if health is None or node_gate is None or not isinstance(client, RedisCluster):
+            async with self.gate:
                 return await send()
-            return await on_node(self.client, name, self.health, self.node_timeout, send)
+        await self.gate.ensure_ready()
+        return await on_node(client, name, health, self.node_timeout, node_gate, send)
 
     def waiting(self) -> int:
         """How many callers wait for an entry."""

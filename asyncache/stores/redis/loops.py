@@ -165,9 +165,15 @@ class Bound:
             else None
         )
         """Seconds one cluster node's share of a read may take (the client's ``socket_timeout``)."""
-        self.reads: Batcher[bytes, bytes | None] = Batcher(self.gate, self._get_batch)
+        self._node_gates: dict[str, Gate] = {}
+        self._limits = (settings.max_in_flight, settings.pool_timeout)
+        # On a cluster a batch is no command of its own: each node's share of it takes a
+        # slot of that node's gate (``node_gate``), so that a stalled node's commands
+        # never hold the slots the other nodes' commands need.
+        batches = Gate(None, settings.pool_timeout, prepare) if self.cluster else self.gate
+        self.reads: Batcher[bytes, bytes | None] = Batcher(batches, self._get_batch)
         """Concurrent ``get``s, sent as one ``MGET`` (one per node, per hash slot, on a cluster)."""
-        self.adds: Batcher[Command, bytes | None] = Batcher(self.gate, self._add_batch)
+        self.adds: Batcher[Command, bytes | None] = Batcher(batches, self._add_batch)
         """Concurrent ``add``s, sent as one pipeline of ``SET NX GET`` (one per node on a
         cluster, each failing alone)."""
         # Lone gets go over a connection of their own when the store owns the client and
@@ -205,6 +211,7 @@ class Bound:
             settings.counters,
             settings.nodes,
             self.node_timeout,
+            self.node_gate,
         )
         if invalidations.callbacks:
             self.listener.ensure()
@@ -215,6 +222,14 @@ class Bound:
         """Have this closed when its loop closes its async generators (``asyncio.run`` does)."""
         self._keeper = self._keep()
         await anext(self._keeper)
+
+    def node_gate(self, node: str) -> Gate:
+        """A cluster node's own bound on commands in flight (``max_in_flight`` per node,
+        as redis-py's pools are per node): a stalled node fills its own, not the others'."""
+        gate = self._node_gates.get(node)
+        if gate is None:
+            gate = self._node_gates[node] = Gate(*self._limits)
+        return gate
 
     def pipeline(self) -> Any:
         """A non-transactional pipeline on this loop's client."""
@@ -253,7 +268,9 @@ class Bound:
     async def read_nodes(self, names: list[bytes]) -> list[bytes | StoreError | None]:
         """A cluster's ``MGET`` of ``names``, node by node (``nodes``): each node fails alone."""
         assert isinstance(self.client, RedisCluster)
-        return await read_per_node(self.client, names, self.node_timeout, self.nodes)
+        return await read_per_node(
+            self.client, names, self.node_timeout, self.nodes, self.node_gate
+        )
 
     async def _get_batch(self, names: list[bytes]) -> list[bytes | StoreError | None]:
         # A hot key asked for by many callers at once is read once.
@@ -271,7 +288,9 @@ class Bound:
     async def _add_batch(self, commands: list[Command]) -> list[bytes | StoreError | None]:
         if isinstance(self.client, RedisCluster):
             # One pipeline per node, side by side: a stalled node fails only its adds.
-            return await write_per_node(self.client, commands, self.node_timeout, self.nodes)
+            return await write_per_node(
+                self.client, commands, self.node_timeout, self.nodes, self.node_gate
+            )
         pipe = self.pipeline()
         for args, options in commands:
             pipe.execute_command(*args, **options)

@@ -18,15 +18,16 @@ engine's guard then knows that one node failed, not the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from ...errors import StoreError
-from .gate import DRIVER_ERRORS, store_error
+from .gate import DRIVER_ERRORS, Gate, store_error
 
 T = TypeVar("T")
 
@@ -105,6 +106,7 @@ async def read_per_node(
     names: Sequence[bytes],
     timeout: float | None,  # noqa: ASYNC109 - a node's own bound, inside the engine's
     health: NodeHealth,
+    gates: Callable[[str], Gate],
 ) -> list[bytes | StoreError | None]:
     """``MGET`` ``names`` node by node; a node that fails fails only its names.
 
@@ -116,7 +118,7 @@ async def read_per_node(
     nodes = list(groups)
     replies = await asyncio.gather(
         *(
-            _read_node(client, node, [names[i] for i in groups[node]], timeout, health)
+            _read_node(client, node, [names[i] for i in groups[node]], timeout, health, gates(node))
             for node in nodes
         )
     )
@@ -140,20 +142,22 @@ async def _read_node(
     names: list[bytes],
     timeout: float | None,  # noqa: ASYNC109
     health: NodeHealth,
+    gate: Gate,
 ) -> list[bytes | None] | StoreError:
     """The values of ``names`` (all on ``node``), or the error that node failed with."""
     if health.cooling(node, timeout):
         return _skipped(node)
     try:
         async with asyncio.timeout(timeout):
-            # One MGET per slot, pipelined to the node (a redirection still followed).
-            raws = await client.mget_nonatomic(names)
+            async with _slot(gate):
+                # One MGET per slot, pipelined to the node (a redirection still followed).
+                raws = await client.mget_nonatomic(names)
     except TimeoutError:
         health.failed(node)
         return StoreError(f"redis: node {node} timed out after {timeout}s", shard=node)
-    except DRIVER_ERRORS as exc:
+    except (*DRIVER_ERRORS, StoreError) as exc:
         health.failed(node)
-        return store_error(exc, shard=node)
+        return exc if isinstance(exc, StoreError) else store_error(exc, shard=node)
     health.succeeded(node)
     return list(raws)
 
@@ -217,6 +221,7 @@ async def write_per_node(
     commands: Sent,
     timeout: float | None,  # noqa: ASYNC109 - a node's own bound, inside the engine's
     health: NodeHealth,
+    gates: Callable[[str], Gate],
 ) -> list[Any]:
     """Send ``commands`` (each on one key: ``args[1]``) as one pipeline per node, side by side.
 
@@ -229,7 +234,9 @@ async def write_per_node(
     nodes = list(groups)
     replies = await asyncio.gather(
         *(
-            _write_node(client, node, [commands[i] for i in groups[node]], timeout, health)
+            _write_node(
+                client, node, [commands[i] for i in groups[node]], timeout, health, gates(node)
+            )
             for node in nodes
         )
     )
@@ -253,6 +260,7 @@ async def _write_node(
     commands: Sent,
     timeout: float | None,  # noqa: ASYNC109
     health: NodeHealth,
+    gate: Gate,
 ) -> list[Any] | StoreError:
     """The replies of ``commands`` (all for ``node``), or the error that node failed with."""
     if health.cooling(node, timeout):
@@ -261,14 +269,14 @@ async def _write_node(
     for args, options in commands:
         pipe.execute_command(*args, **options)
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout), _slot(gate):
             replies = await pipe.execute()
     except TimeoutError:
         health.failed(node)
         return StoreError(f"redis: node {node} timed out after {timeout}s", shard=node)
-    except DRIVER_ERRORS as exc:
+    except (*DRIVER_ERRORS, StoreError) as exc:
         health.failed(node)
-        return store_error(exc, shard=node)
+        return exc if isinstance(exc, StoreError) else store_error(exc, shard=node)
     health.succeeded(node)
     return list(replies)
 
@@ -278,9 +286,11 @@ async def on_node(
     name: bytes,
     health: NodeHealth,
     timeout: float | None,  # noqa: ASYNC109
+    gates: Callable[[str], Gate],
     send: Callable[[], Awaitable[T]],
 ) -> T:
-    """``send()`` (a command on ``name``'s node) unless that node is cooling; its health.
+    """``send()`` (a command on ``name``'s node, in a slot of its gate) unless that node
+    is cooling; its health.
 
     A lease step on a cluster: a stalled node's lease keys fail at once once it
     cools, instead of each paying the socket timeout.
@@ -292,9 +302,21 @@ async def on_node(
     if health.cooling(node, timeout):
         raise _skipped(node)
     try:
-        result = await send()
+        async with _slot(gates(node)):
+            result = await send()
     except DRIVER_ERRORS as exc:
         health.failed(node)
         raise store_error(exc, shard=node) from exc
     health.succeeded(node)
     return result
+
+
+@contextlib.asynccontextmanager
+async def _slot(gate: Gate) -> AsyncIterator[None]:
+    """A slot of ``gate`` (a node's own) for the block; ``StoreError`` when none came free."""
+    if not gate.enter_now():
+        await gate.wait()
+    try:
+        yield
+    finally:
+        gate.leave()
