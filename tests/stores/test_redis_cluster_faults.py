@@ -224,6 +224,32 @@ async def test_a_cooling_nodes_lease_steps_fail_at_once(
         assert await store.acquire_lease(off[0], b"me", 5.0)
 
 
+async def test_a_stalled_node_fills_only_its_own_in_flight_slots(servers: Servers) -> None:
+    """``max_in_flight`` bounds each node of a cluster on its own: the lease steps stuck
+    on a stalled primary hold that node's slots, and a healthy primary's key is served
+    at once (one gate for the whole store made it wait for a slot, then fail)."""
+    store = RedisStore.from_url(
+        f"{servers.url}?socket_timeout=1&socket_connect_timeout=5&pool_timeout=1",
+        prefix=PREFIX,
+        max_connections=4,
+    )
+    try:
+        victim = servers.nodes[0]
+        on, off = await split_by_node(store, KEYS, victim)
+        assert await store.acquire_lease(b"warm", b"me", 1.0)
+        with stopped(victim):
+            stuck = [asyncio.ensure_future(store.acquire_lease(k, b"me", 5.0)) for k in on[:8]]
+            await asyncio.sleep(0.1)  # every slot the whole store had is now taken
+            started = time.monotonic()
+            assert await store.acquire_lease(off[0], b"me", 5.0)
+            await store.add(off[1], b"decided", None)
+            assert time.monotonic() - started < 0.5
+            results = await asyncio.gather(*stuck, return_exceptions=True)
+        assert all(isinstance(r, StoreError) for r in results)
+    finally:
+        await store.aclose()
+
+
 async def test_the_leases_of_a_healthy_primarys_keys_outlive_another_primarys_stall(
     servers: Servers, store: RedisStore
 ) -> None:
