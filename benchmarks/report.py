@@ -2,6 +2,7 @@
 
     python benchmarks/report.py            # the full run (several minutes)
     python benchmarks/report.py --quick    # fewer iterations, for a smoke test
+    python benchmarks/report.py --only fleet_watch --splice   # one section, the rest kept
 
 Each script in SCRIPTS runs as a subprocess (``--json PATH``, and ``--quick``
 when asked and supported); a script that is missing, fails or times out is
@@ -64,6 +65,12 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("faults", "Faults: a stalled cluster primary, a killed lease owner"),
     ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
 )
+
+# Options a script runs with here beyond --json and --quick.
+SCRIPT_ARGS: dict[str, list[str]] = {
+    # Both consistency modes through the same faults, one table each.
+    "fleet_watch": ["--both-modes"],
+}
 
 SIZES = (140, 2_000, 20_000)
 # Every Redis client gets a pool this large: more connections than tasks, so no
@@ -768,7 +775,7 @@ def run_script(
     if not path.exists():
         return ScriptRun(name, title, [], "missing")
     flags = script_flags(path)
-    command = [sys.executable, str(path.relative_to(ROOT))]
+    command = [sys.executable, str(path.relative_to(ROOT)), *SCRIPT_ARGS.get(name, [])]
     if quick and "--quick" in flags:
         command.append("--quick")
     use_json = "--json" in flags
@@ -1027,6 +1034,68 @@ def render_page(
     return "\n".join(out)
 
 
+def splice(args: argparse.Namespace, command: str, started: datetime.datetime) -> int:
+    """Run the ``--only`` scripts and put their sections into the page as it is.
+
+    Each section (from its ``### title`` to the next heading of level 3 or less)
+    is replaced; one the page lacks goes before the next script's section (in
+    ``SCRIPTS`` order) or before ``## Reproduce``. The rest of the page is kept
+    byte for byte: its own run's numbers stay as that run measured them.
+    """
+    unknown = [name for name in args.only if name not in dict(SCRIPTS)]
+    if unknown:
+        raise SystemExit(f"unknown scripts: {', '.join(unknown)}")
+    page = args.out.read_text()
+    load_at_start = load_average()
+    with tempfile.TemporaryDirectory(prefix="asyncache-report-") as workdir:
+        for name, title in SCRIPTS:
+            if name not in args.only:
+                continue
+            run = run_script(
+                name,
+                title,
+                quick=args.quick,
+                runs=max(1, args.runs),
+                timeout=args.timeout,
+                workdir=Path(workdir),
+            )
+            lines = render_script(run)
+            lines[1:1] = [
+                "",
+                f"Run on its own and spliced into this page by `{command}` "
+                f"({started:%Y-%m-%d %H:%M} UTC; load average (1/5/15 min) at start "
+                f"{load_at_start}, at end {load_average()}); the rest of the page is "
+                "from the run named at its top.",
+            ]
+            page = splice_section(page, name, "\n".join(lines).rstrip("\n") + "\n\n")
+    args.out.write_text(page)
+    log(f"spliced {', '.join(args.only)} into {args.out}")
+    return 0
+
+
+def splice_section(page: str, name: str, section: str) -> str:
+    """``page`` with script ``name``'s section replaced by (or given) ``section``."""
+    titles = dict(SCRIPTS)
+    lines = page.splitlines(keepends=True)
+    heading = f"### {titles[name]}\n"
+
+    def end_of(start: int) -> int:
+        for index in range(start + 1, len(lines)):
+            if lines[index].startswith(("# ", "## ", "### ")):
+                return index
+        return len(lines)
+
+    if heading in lines:
+        start = lines.index(heading)
+        return "".join(lines[:start]) + section + "".join(lines[end_of(start) :])
+    order = [script for script, _ in SCRIPTS]
+    later = [f"### {titles[other]}\n" for other in order[order.index(name) + 1 :]]
+    for index, line in enumerate(lines):
+        if line in later or line == "## Reproduce\n":
+            return "".join(lines[:index]) + section + "".join(lines[index:])
+    return page.rstrip("\n") + "\n\n" + section
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (noisier)")
@@ -1034,6 +1103,12 @@ def main(argv: list[str] | None = None) -> int:
         "--runs", type=int, default=1, help="run each script N times and take medians (default 1)"
     )
     parser.add_argument("--only", nargs="*", help="run only these scripts (by name)")
+    parser.add_argument(
+        "--splice",
+        action="store_true",
+        help="with --only: replace those scripts' sections in the existing page (--out) and "
+        "leave every other byte of it as it is",
+    )
     parser.add_argument("--no-scripts", action="store_true", help="only this file's measurements")
     parser.add_argument("--no-measure", action="store_true", help="only the scripts")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per script run")
@@ -1046,6 +1121,10 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(
         ["python", "benchmarks/report.py", *(sys.argv[1:] if argv is None else argv)]
     )
+    if args.splice:
+        if not args.only:
+            parser.error("--splice needs --only (the sections to run again)")
+        return splice(args, command, started)
     info = machine()
     series: list[Series] = []
     notes: list[str] = []
