@@ -3,7 +3,12 @@
 Run: ``.venv/bin/python benchmarks/fleet_watch.py`` (``--quick`` for the short
 version CI runs: 2 replicas, one primary failover; ``--json PATH`` writes the
 report; ``--cache-option NAME=JSON`` passes a ``DecisionCache`` setting to
-every replica, e.g. a consistency mode).
+every replica, e.g. a consistency mode; ``--both-modes`` runs twice, failing
+open and then waiting for the store (``store_wait``), one report each; ``--rate
+N`` makes each load process send N requests/s whatever the earlier ones are
+doing, an open loop: without it a fault's waiting requests end up holding
+every connection, and the other keys go unasked. The performance page's run:
+``python benchmarks/report.py --only fleet_watch --splice``).
 
 On loopback only, it starts:
 
@@ -16,7 +21,8 @@ On loopback only, it starts:
 - HAProxy in front (health checks on ``GET /cache/stats`` every 300 ms,
   a failed connection retried on another replica);
 - ``--clients`` load processes (``asyncache.demo.client.LoadClient``, keep-alive
-  connections), each with ``--connections`` in flight, drawing inputs from a
+  connections), each with ``--connections`` in flight (or ``--rate`` requests/s,
+  up to ``--open-connections`` in flight; beyond, counted as shed), drawing inputs from a
   Zipf law over ``--distinct`` inputs, and every ``--burst-every`` seconds a
   burst of 64 identical requests for an input nobody asked for yet.
 
@@ -28,11 +34,15 @@ another primary for 5 s, then SIGCONT).
 It reports requests, failed requests, the fleet's hit rate, model runs against
 distinct inputs, client and server (``Server-Timing``) p50/p99, Redis commands
 per request (``INFO commandstats`` over the primaries, fault-free phase),
-disagreements (an input answered differently anywhere), and per fault: failed
-requests, disagreements, and how long until hits returned (the first 250 ms
-window whose hit rate is back within 10% of the 3 s before the fault), with
-the hit rate of the keys outside the faulted primary's slots beside that of
-the keys inside them.
+disagreements (an input answered differently anywhere), and per fault: requests/s
+in the 3 s before and the 5 s after it, failed requests, disagreements (each
+charged to the fault window in which the request that got an input's second
+answer was sent, and split by whether the input is in the faulted primary's
+slots), the promotion's time, how long until hits returned (the first 250 ms
+window of requests sent whose hit rate is back within 10% of the 3 s before
+the fault: all keys, and the faulted primary's keys alone), and the hit rate
+of the keys outside the faulted primary's slots before and during the fault
+(its first 5 s; burst inputs left out) beside that of the keys inside them.
 """
 
 from __future__ import annotations
@@ -589,8 +599,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rate",
         type=float,
-        default=300.0,
-        help="requests/s each load process sends, open loop (0: a closed loop of --connections)",
+        default=0.0,
+        help="requests/s each load process sends, open loop (requests waiting out a fault "
+        "then never hold back the other keys' requests); 0: a closed loop of --connections",
     )
     parser.add_argument(
         "--open-connections",

@@ -37,4 +37,4 @@ def test_a_spliced_section_replaces_its_own_and_nothing_else() -> None:
 
 
 def test_the_watched_fleet_runs_both_modes_in_the_report() -> None:
-    assert _report().SCRIPT_ARGS["fleet_watch"] == ["--both-modes"]
+    assert _report().SCRIPT_ARGS["fleet_watch"] == ["--both-modes", "--rate", "300"]
