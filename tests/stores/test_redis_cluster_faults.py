@@ -142,6 +142,29 @@ def test_a_lease_key_hashes_to_its_decisions_slot() -> None:
     assert lease_name(b"p:", b"k", cluster=False) == b"p:lease:k"
 
 
+async def test_a_healthy_nodes_get_never_waits_for_a_stalled_nodes_batch(
+    servers: Servers, store: RedisStore
+) -> None:
+    """Gets of one loop turn are gathered per node: the gets of a running primary's
+    keys are answered at once, while the stalled one's wait out its timeout (gathered
+    into one batch for the whole cluster, they all waited for the slowest node)."""
+    await store.add_many([(k, b"v" + k, None) for k in KEYS])
+    victim = servers.nodes[0]
+    on, off = await split_by_node(store, KEYS, victim)
+    with stopped(victim):
+        for _ in range(2):  # fewer failures in a row than cool a node
+            started = time.monotonic()
+            slow = [asyncio.ensure_future(store.get(k)) for k in on[:5]]
+            fast = [asyncio.ensure_future(store.get(k)) for k in off[:20]]
+            got = await asyncio.gather(*fast)
+            answered_after = time.monotonic() - started
+            assert [entry.value for entry in got if entry] == [b"v" + k for k in off[:20]]
+            assert answered_after < SOCKET_TIMEOUT / 2, answered_after
+            assert not any(task.done() for task in slow)
+            results = await asyncio.gather(*slow, return_exceptions=True)
+            assert all(isinstance(r, StoreError) for r in results)
+
+
 async def test_gathered_adds_fail_only_for_the_stalled_node(
     servers: Servers, store: RedisStore
 ) -> None:

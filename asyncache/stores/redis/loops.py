@@ -34,7 +34,7 @@ from .channels import Handler, Invalidations, Listener
 from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
 from .leases import LeaseKeys
-from .nodes import NodeHealth, read_per_node, write_per_node
+from .nodes import NodeHealth, node_of, read_per_node, write_per_node
 from .scripts import DELETE, RENEW, REPLACE, SWAP
 from .url import Client
 
@@ -171,6 +171,9 @@ class Bound:
         # slot of that node's gate (``node_gate``), so that a stalled node's commands
         # never hold the slots the other nodes' commands need.
         batches = Gate(None, settings.pool_timeout, prepare) if self.cluster else self.gate
+        self._batches = batches
+        self._node_reads: dict[str, Batcher[bytes, bytes | None]] = {}
+        self._node_adds: dict[str, Batcher[Command, bytes | None]] = {}
         self.reads: Batcher[bytes, bytes | None] = Batcher(batches, self._get_batch)
         """Concurrent ``get``s, sent as one ``MGET`` (one per node, per hash slot, on a cluster)."""
         self.adds: Batcher[Command, bytes | None] = Batcher(batches, self._add_batch)
@@ -222,6 +225,35 @@ class Bound:
         """Have this closed when its loop closes its async generators (``asyncio.run`` does)."""
         self._keeper = self._keep()
         await anext(self._keeper)
+
+    def reads_of(self, name: bytes) -> Batcher[bytes, bytes | None]:
+        """Where a get of ``name`` is gathered: on a cluster, with the other gets of its
+        node only, so that a stalled node's batch (waiting out its timeout) never holds
+        back the gets of another node's keys that arrived in the same loop turn."""
+        if not isinstance(self.client, RedisCluster):
+            return self.reads
+        node = self._node_name(name)
+        batcher = self._node_reads.get(node)
+        if batcher is None:
+            batcher = self._node_reads[node] = Batcher(self._batches, self._get_batch)
+        return batcher
+
+    def adds_of(self, name: bytes) -> Batcher[Command, bytes | None]:
+        """Where an add of ``name`` is gathered: on a cluster, with its node's adds only."""
+        if not isinstance(self.client, RedisCluster):
+            return self.adds
+        node = self._node_name(name)
+        batcher = self._node_adds.get(node)
+        if batcher is None:
+            batcher = self._node_adds[node] = Batcher(self._batches, self._add_batch)
+        return batcher
+
+    def _node_name(self, name: bytes) -> str:
+        assert isinstance(self.client, RedisCluster)
+        try:
+            return node_of(self.client, name)
+        except StoreError:
+            return ""  # no node covers the slot now: the send finds out again, and fails it
 
     def node_gate(self, node: str) -> Gate:
         """A cluster node's own bound on commands in flight (``max_in_flight`` per node,
@@ -303,8 +335,10 @@ class Bound:
         self.closed = True
         self._forget(self)
         self.leases.close()
-        await self.reads.aclose()
-        await self.adds.aclose()
+        for batcher in [self.reads, *self._node_reads.values()]:
+            await batcher.aclose()
+        for adder in [self.adds, *self._node_adds.values()]:
+            await adder.aclose()
         held, self._held = self._held, None
         if held is not None:
             with contextlib.suppress(RedisError, OSError):

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import StoreError
 from .gate import DRIVER_ERRORS, Gate, store_error
@@ -186,7 +186,7 @@ def node_of(client: RedisCluster, name: bytes) -> str:
     slot = client.keyslot(name)
     try:
         return str(client.nodes_manager.get_node_from_slot(slot).name)
-    except RedisError as exc:
+    except (RedisError, RedisClusterException) as exc:
         raise store_error(exc, shard=f"slot {slot}") from None
 
 
