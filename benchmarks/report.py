@@ -1036,6 +1036,13 @@ def render_page(
     return "\n".join(out)
 
 
+def run_named(args: argparse.Namespace, name: str, title: str, workdir: Path) -> ScriptRun:
+    """``run_script`` with the command line's --quick, --runs and --timeout."""
+    return run_script(
+        name, title, quick=args.quick, runs=max(1, args.runs), timeout=args.timeout, workdir=workdir
+    )
+
+
 def splice(args: argparse.Namespace, command: str, started: datetime.datetime) -> int:
     """Run the ``--only`` scripts and put their sections into the page as it is.
 
@@ -1053,15 +1060,7 @@ def splice(args: argparse.Namespace, command: str, started: datetime.datetime) -
         for name, title in SCRIPTS:
             if name not in args.only:
                 continue
-            run = run_script(
-                name,
-                title,
-                quick=args.quick,
-                runs=max(1, args.runs),
-                timeout=args.timeout,
-                workdir=Path(workdir),
-            )
-            lines = render_script(run)
+            lines = render_script(run_named(args, name, title, Path(workdir)))
             lines[1:1] = [
                 "",
                 f"Run on its own and spliced into this page by `{command}` "
@@ -1159,16 +1158,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, title in SCRIPTS:
                 if args.only and name not in args.only:
                     continue
-                scripts.append(
-                    run_script(
-                        name,
-                        title,
-                        quick=args.quick,
-                        runs=max(1, args.runs),
-                        timeout=args.timeout,
-                        workdir=Path(workdir),
-                    )
-                )
+                scripts.append(run_named(args, name, title, Path(workdir)))
     # Other work on the machine slows every number: say how busy it was at both ends.
     ordered: dict[str, str] = {}
     for key, value in info.items():

@@ -23,7 +23,12 @@ def _report() -> ModuleType:
 def test_a_spliced_section_replaces_its_own_and_nothing_else() -> None:
     report = _report()
     titles = dict(report.SCRIPTS)
-    page = (ROOT / "docs" / "performance.md").read_text()
+    page = "".join(
+        f"## {part}\n\ntext of {part}\n\n"
+        if part in ("Run", "Benchmark scripts", "Reproduce")
+        else f"### {titles[part]}\n\nnumbers of {part}\n\n#### table\n\n| a |\n\n"
+        for part in ("Run", "Benchmark scripts", "fleet", "capacity", "faults", "Reproduce")
+    )
     section = f"### {titles['fleet_watch']}\n\nfirst\n\n"
     once = report.splice_section(page, "fleet_watch", section)
     # The page without the section is the page as it was, byte for byte.
@@ -33,7 +38,14 @@ def test_a_spliced_section_replaces_its_own_and_nothing_else() -> None:
     assert again == once.replace("\n\nfirst\n\n", "\n\nsecond\n\n", 1)
     # In SCRIPTS' order: before the sections of the scripts after it, after those before.
     assert again.index(section.split("\n")[0]) > again.index(f"### {titles['fleet']}\n")
-    assert again.index(section.split("\n")[0]) < again.index("## Reproduce\n")
+    assert again.index(section.split("\n")[0]) < again.index(f"### {titles['capacity']}\n")
+
+
+def test_the_performance_page_has_the_watched_fleets_section() -> None:
+    report = _report()
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert f"### {dict(report.SCRIPTS)['fleet_watch']}\n" in page
+    assert "--only fleet_watch --splice" in page
 
 
 def test_the_watched_fleet_runs_both_modes_in_the_report() -> None:

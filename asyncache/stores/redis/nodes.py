@@ -30,6 +30,7 @@ from ...errors import StoreError
 from .gate import DRIVER_ERRORS, Gate, store_error
 
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 __all__ = [
     "NODE_COOLDOWN",
@@ -113,24 +114,37 @@ async def read_per_node(
     Returns per name its raw value, ``None``, or the ``StoreError`` (with
     ``shard`` set to the node) its node failed with.
     """
+    return await _scatter(
+        client,
+        list(names),
+        names,
+        lambda node, part: _read_node(client, node, part, timeout, health, gates(node)),
+    )
+
+
+async def _scatter(
+    client: RedisCluster,
+    items: list[Item],
+    names: Sequence[bytes],
+    send: Callable[[str, list[Item]], Awaitable[Sequence[Any] | StoreError]],
+) -> list[Any]:
+    """``send`` each node its share of ``items`` (``names[i]`` is item i's key), side by
+    side; per item its reply, or the ``StoreError`` its node failed with."""
     await refresh_if_due(client)
     groups, failed = _by_node(client, names)
     nodes = list(groups)
     replies = await asyncio.gather(
-        *(
-            _read_node(client, node, [names[i] for i in groups[node]], timeout, health, gates(node))
-            for node in nodes
-        )
+        *(send(node, [items[i] for i in groups[node]]) for node in nodes)
     )
-    results: list[bytes | StoreError | None] = [None] * len(names)
+    results: list[Any] = [None] * len(items)
     for node, reply in zip(nodes, replies, strict=True):
         indices = groups[node]
         if isinstance(reply, StoreError):
             for index in indices:
                 results[index] = reply
         else:
-            for index, raw in zip(indices, reply, strict=True):
-                results[index] = raw
+            for index, value in zip(indices, reply, strict=True):
+                results[index] = value
     for index, error in failed.items():
         results[index] = error
     return results
@@ -229,29 +243,12 @@ async def write_per_node(
     in the reply hold the ``StoreError`` (``shard`` naming the node); the other
     places hold each command's reply.
     """
-    await refresh_if_due(client)
-    groups, failed = _by_node(client, [args[1] for args, _ in commands])
-    nodes = list(groups)
-    replies = await asyncio.gather(
-        *(
-            _write_node(
-                client, node, [commands[i] for i in groups[node]], timeout, health, gates(node)
-            )
-            for node in nodes
-        )
+    return await _scatter(
+        client,
+        list(commands),
+        [args[1] for args, _ in commands],
+        lambda node, part: _write_node(client, node, part, timeout, health, gates(node)),
     )
-    results: list[Any] = [None] * len(commands)
-    for node, reply in zip(nodes, replies, strict=True):
-        indices = groups[node]
-        if isinstance(reply, StoreError):
-            for index in indices:
-                results[index] = reply
-        else:
-            for index, value in zip(indices, reply, strict=True):
-                results[index] = value
-    for index, error in failed.items():
-        results[index] = error
-    return results
 
 
 async def _write_node(
