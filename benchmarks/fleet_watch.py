@@ -494,6 +494,31 @@ def _back_after(records: list[list[Any]], at: float, until: float, level: float)
     return f">{until - at:.0f}"
 
 
+def _charge(
+    second_at: dict[int, float], faults: list[dict[str, Any]], slots: dict[int, int]
+) -> dict[int, int]:
+    """The fault each disagreement is charged to (its index in ``faults``; -1: before any).
+
+    A disagreement on the keys of a primary that a fault killed or stopped, whose
+    second answer came at or after that fault, is that fault's: a rare input asked
+    again only once the next fault began (its decision lost with the primary, or
+    made while the primary was down and never stored) still owes it to that primary.
+    Any other is charged to the fault window in which its second answer was sent.
+    """
+    charged: dict[int, int] = {}
+    for item, at in second_at.items():
+        slot = slots.get(item)
+        started = [index for index, fault in enumerate(faults) if fault["at"] <= at]
+        holders = [
+            index
+            for index in started
+            if slot is not None
+            and any(low <= slot <= high for low, high in faults[index].get("slots") or [])
+        ]
+        charged[item] = max(holders) if holders else max(started, default=-1)
+    return charged
+
+
 def _analyse(
     records: list[list[Any]],
     runs: list[str],
@@ -504,14 +529,14 @@ def _analyse(
     ok = [r for r in records if r[3] == 200]
     failed = [r for r in records if r[3] != 200]
     answers: dict[int, set[str]] = defaultdict(set)
-    first_second: dict[int, float] = {}
-    # A disagreement is charged to the moment the request that got the second answer
-    # was sent (answers taken in the order they were given): the fault window it
-    # belongs to, even when that request ended after the next fault began.
+    second_at: dict[int, float] = {}
+    # When an input first got a second answer: the moment the request that got it was
+    # sent (answers taken in the order they were given).
     for r in sorted(ok, key=lambda r: r[0] + r[1]):
         answers[r[2]].add(r[6])
         if len(answers[r[2]]) == 2:
-            first_second[r[2]] = r[0]
+            second_at[r[2]] = r[0]
+    charged = _charge(second_at, faults, slots)
     run_counts = Counter(int(line.split()[0]) for line in runs if line.strip())
     hits = [r for r in ok if r[4] == "hit"]
     summary: dict[str, Any] = {
@@ -548,7 +573,7 @@ def _analyse(
                 f"{sum(1 for r in records if at <= r[0] < at + FAULT_WINDOW) / FAULT_WINDOW:.0f}"
             ),
             "failed": sum(1 for r in during if r[3] != 200),
-            "disagreeing inputs": sum(1 for v in first_second.values() if at <= v < until),
+            "disagreeing inputs": sum(1 for v in charged.values() if v == index),
             "hit rate before": round(level, 3),
             "hits back after s": recovered,
             "slowest request s": round(max((r[1] for r in during), default=0.0), 2),
@@ -582,8 +607,8 @@ def _analyse(
                 _hit_rate(base_in) or 0.0,
             )
             row["disagreements on its keys / others"] = (
-                f"{sum(1 for i, v in first_second.items() if at <= v < until and inside(i))}"
-                f" / {sum(1 for i, v in first_second.items() if at <= v < until and not inside(i))}"
+                f"{sum(1 for i, v in charged.items() if v == index and inside(i))}"
+                f" / {sum(1 for i, v in charged.items() if v == index and not inside(i))}"
             )
         per_fault.append(row)
     return {"summary": summary, "faults": per_fault}
@@ -639,7 +664,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     parser.add_argument(
-        "--keep", metavar="DIR", help="copy the run's logs, model runs and records to DIR"
+        "--keep",
+        metavar="DIR",
+        default=os.environ.get("FLEET_WATCH_KEEP") or None,
+        help="copy the run's logs, model runs and records to DIR (default: $FLEET_WATCH_KEEP, "
+        "so that a run the report starts can be kept)",
     )
     # A load process's options (the script runs itself once per --clients).
     parser.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
