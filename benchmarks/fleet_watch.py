@@ -534,7 +534,7 @@ def _analyse(
     # sent (answers taken in the order they were given).
     for r in sorted(ok, key=lambda r: r[0] + r[1]):
         answers[r[2]].add(r[6])
-        if len(answers[r[2]]) == 2:
+        if len(answers[r[2]]) == 2 and r[2] not in second_at:  # the first time only
             second_at[r[2]] = r[0]
     charged = _charge(second_at, faults, slots)
     run_counts = Counter(int(line.split()[0]) for line in runs if line.strip())
