@@ -711,6 +711,24 @@ def main(argv: list[str] | None = None) -> int:
             "command": command,
             "load average (1/5/15 min) at end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
             **modes,
+            "notes": [
+                "Load: 2 processes, each sending 300 requests/s whatever the earlier ones are "
+                "doing (open loop), so that requests waiting out a fault never stop the other "
+                "keys' requests. Faults 10 s apart: kill -9 a replica (HAProxy routes around "
+                "it), kill -9 a Redis primary (its replica is promoted), SIGSTOP another "
+                "primary for 5 s.",
+                "Disagreements: inputs that clients got two different answers for. Each is "
+                "charged to the latest fault, started before its second answer was first "
+                "given, whose primary held the input's key (a decision given while its primary "
+                "was down and never stored shows as a disagreement when the input is asked "
+                "again, which for a rare input can be after the next fault began), else to "
+                "the fault window in which that second answer was given. 'its keys / others': "
+                "inside or outside the faulted primary's slots.",
+                "Hit rates and 'requests/s during': requests sent in the 5 s after the fault "
+                "(burst inputs left out of the hit rates); 'before': the 3 s before it. 'hits "
+                "back after s': the first 250 ms window after the fault whose hit rate is "
+                "within 10% of the level before (all keys, and the faulted primary's keys).",
+            ],
         }
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
