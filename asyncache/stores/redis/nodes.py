@@ -159,13 +159,24 @@ async def _read_node(
     gate: Gate,
 ) -> list[bytes | None] | StoreError:
     """The values of ``names`` (all on ``node``), or the error that node failed with."""
+    # One MGET per slot, pipelined to the node (a redirection still followed).
+    return await _node_call(node, timeout, health, gate, lambda: client.mget_nonatomic(names))
+
+
+async def _node_call(
+    node: str,
+    timeout: float | None,  # noqa: ASYNC109
+    health: NodeHealth,
+    gate: Gate,
+    send: Callable[[], Awaitable[Sequence[Any]]],
+) -> list[Any] | StoreError:
+    """``send()``'s replies (a request to ``node``, in a slot of its gate, within
+    ``timeout``), or the error it failed with; counted in ``node``'s health."""
     if health.cooling(node, timeout):
         return _skipped(node)
     try:
-        async with asyncio.timeout(timeout):
-            async with _slot(gate):
-                # One MGET per slot, pipelined to the node (a redirection still followed).
-                raws = await client.mget_nonatomic(names)
+        async with asyncio.timeout(timeout), _slot(gate):
+            replies = await send()
     except TimeoutError:
         health.failed(node)
         return StoreError(f"redis: node {node} timed out after {timeout}s", shard=node)
@@ -173,7 +184,7 @@ async def _read_node(
         health.failed(node)
         return exc if isinstance(exc, StoreError) else store_error(exc, shard=node)
     health.succeeded(node)
-    return list(raws)
+    return list(replies)
 
 
 async def refresh_if_due(client: RedisCluster) -> None:
@@ -260,22 +271,10 @@ async def _write_node(
     gate: Gate,
 ) -> list[Any] | StoreError:
     """The replies of ``commands`` (all for ``node``), or the error that node failed with."""
-    if health.cooling(node, timeout):
-        return _skipped(node)
     pipe = client.pipeline()
     for args, options in commands:
         pipe.execute_command(*args, **options)
-    try:
-        async with asyncio.timeout(timeout), _slot(gate):
-            replies = await pipe.execute()
-    except TimeoutError:
-        health.failed(node)
-        return StoreError(f"redis: node {node} timed out after {timeout}s", shard=node)
-    except (*DRIVER_ERRORS, StoreError) as exc:
-        health.failed(node)
-        return exc if isinstance(exc, StoreError) else store_error(exc, shard=node)
-    health.succeeded(node)
-    return list(replies)
+    return await _node_call(node, timeout, health, gate, pipe.execute)
 
 
 async def on_node(
