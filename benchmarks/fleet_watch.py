@@ -3,7 +3,12 @@
 Run: ``.venv/bin/python benchmarks/fleet_watch.py`` (``--quick`` for the short
 version CI runs: 2 replicas, one primary failover; ``--json PATH`` writes the
 report; ``--cache-option NAME=JSON`` passes a ``DecisionCache`` setting to
-every replica, e.g. a consistency mode).
+every replica, e.g. a consistency mode; ``--both-modes`` runs twice, failing
+open and then waiting for the store (``store_wait``), one report each; ``--rate
+N`` makes each load process send N requests/s whatever the earlier ones are
+doing, an open loop: without it a fault's waiting requests end up holding
+every connection, and the other keys go unasked. The performance page's run:
+``python benchmarks/report.py --only fleet_watch --splice``).
 
 On loopback only, it starts:
 
@@ -16,7 +21,8 @@ On loopback only, it starts:
 - HAProxy in front (health checks on ``GET /cache/stats`` every 300 ms,
   a failed connection retried on another replica);
 - ``--clients`` load processes (``asyncache.demo.client.LoadClient``, keep-alive
-  connections), each with ``--connections`` in flight, drawing inputs from a
+  connections), each with ``--connections`` in flight (or ``--rate`` requests/s,
+  up to ``--open-connections`` in flight; beyond, counted as shed), drawing inputs from a
   Zipf law over ``--distinct`` inputs, and every ``--burst-every`` seconds a
   burst of 64 identical requests for an input nobody asked for yet.
 
@@ -28,11 +34,15 @@ another primary for 5 s, then SIGCONT).
 It reports requests, failed requests, the fleet's hit rate, model runs against
 distinct inputs, client and server (``Server-Timing``) p50/p99, Redis commands
 per request (``INFO commandstats`` over the primaries, fault-free phase),
-disagreements (an input answered differently anywhere), and per fault: failed
-requests, disagreements, and how long until hits returned (the first 250 ms
-window whose hit rate is back within 10% of the 3 s before the fault), with
-the hit rate of the keys outside the faulted primary's slots beside that of
-the keys inside them.
+disagreements (an input answered differently anywhere), and per fault: requests/s
+in the 3 s before and the 5 s after it, failed requests, disagreements (each
+charged to the fault window in which the request that got an input's second
+answer was sent, and split by whether the input is in the faulted primary's
+slots), the promotion's time, how long until hits returned (the first 250 ms
+window of requests sent whose hit rate is back within 10% of the 3 s before
+the fault: all keys, and the faulted primary's keys alone), and the hit rate
+of the keys outside the faulted primary's slots before and during the fault
+(its first 5 s; burst inputs left out) beside that of the keys inside them.
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ BASELINE = 3.0  # seconds before a fault that set the level hits must return to
 BURST = 64
 BURST_INPUTS = 1_000_000  # the first input a burst asks for (the steady load's are below)
 STALL_SECONDS = 5.0
+FAULT_WINDOW = 5.0  # seconds after a fault whose requests are "during" it
 
 
 # -- the load (one process per --clients) -------------------------------------------------
@@ -82,9 +93,8 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     start_at = float(args.start_at)
     stop_at = start_at + args.duration
     burst_inputs = iter(range(BURST_INPUTS + args.seed * 100_000, 10_000_000))
-    async with LoadClient(
-        "127.0.0.1", args.port, connections=args.connections + BURST, timeout=30.0
-    ) as client:
+    connections = (args.open_connections if args.rate else args.connections) + BURST
+    async with LoadClient("127.0.0.1", args.port, connections=connections, timeout=30.0) as client:
 
         async def one(item: int) -> None:
             body = b'{"input":%d}' % item
@@ -113,6 +123,29 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
             while time.time() < stop_at:
                 await one(rng.choices(population, weights)[0])
 
+        shed = 0
+        flying: set[asyncio.Task[None]] = set()
+
+        async def paced() -> None:
+            # Open loop: a request every 1/rate s whatever the earlier ones are doing, so
+            # that requests waiting out a fault do not stop the other keys' requests
+            # (a closed loop's connections all end up waiting on the faulted keys).
+            nonlocal shed
+            loop = asyncio.get_running_loop()
+            interval = 1.0 / args.rate
+            next_at = loop.time()
+            while time.time() < stop_at:
+                if len(flying) < args.open_connections:
+                    task = loop.create_task(one(rng.choices(population, weights)[0]))
+                    flying.add(task)
+                    task.add_done_callback(flying.discard)
+                else:
+                    shed += 1  # every connection is busy: counted, never sent
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if flying:
+                await asyncio.wait(list(flying))
+
         async def bursts() -> None:
             while True:
                 await asyncio.sleep(args.burst_every)
@@ -123,12 +156,12 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
 
         await asyncio.sleep(max(0.0, start_at - time.time()))
         cpu = time.process_time()
-        tasks = [steady() for _ in range(args.connections)]
+        tasks = [paced()] if args.rate else [steady() for _ in range(args.connections)]
         if args.burst_every > 0:
             tasks.append(bursts())
         await asyncio.gather(*tasks)
         cpu = time.process_time() - cpu
-    return {"records": records, "cpu": cpu}
+    return {"records": records, "cpu": cpu, "shed": shed}
 
 
 # -- the fleet ----------------------------------------------------------------------------
@@ -448,6 +481,44 @@ def _hit_rate(records: list[list[Any]]) -> float | None:
     return sum(r[4] == "hit" for r in records) / len(records) if records else None
 
 
+def _back_after(records: list[list[Any]], at: float, until: float, level: float) -> float | str:
+    """Seconds after ``at`` until the first window whose hit rate is back within 10% of
+    ``level`` (windows of requests sent then; the first window, the fault's own, is
+    skipped), or ``">N"`` when none before ``until``."""
+    t = at + WINDOW
+    while t < until:
+        rate = _hit_rate([r for r in records if t <= r[0] < t + WINDOW])
+        if rate is not None and rate >= 0.9 * level:
+            return round(t - at, 2)
+        t += WINDOW
+    return f">{until - at:.0f}"
+
+
+def _charge(
+    second_at: dict[int, float], faults: list[dict[str, Any]], slots: dict[int, int]
+) -> dict[int, int]:
+    """The fault each disagreement is charged to (its index in ``faults``; -1: before any).
+
+    A disagreement on the keys of a primary that a fault killed or stopped, whose
+    second answer came at or after that fault, is that fault's: a rare input asked
+    again only once the next fault began (its decision lost with the primary, or
+    made while the primary was down and never stored) still owes it to that primary.
+    Any other is charged to the fault window in which its second answer was sent.
+    """
+    charged: dict[int, int] = {}
+    for item, at in second_at.items():
+        slot = slots.get(item)
+        started = [index for index, fault in enumerate(faults) if fault["at"] <= at]
+        holders = [
+            index
+            for index in started
+            if slot is not None
+            and any(low <= slot <= high for low, high in faults[index].get("slots") or [])
+        ]
+        charged[item] = max(holders) if holders else max(started, default=-1)
+    return charged
+
+
 def _analyse(
     records: list[list[Any]],
     runs: list[str],
@@ -458,11 +529,14 @@ def _analyse(
     ok = [r for r in records if r[3] == 200]
     failed = [r for r in records if r[3] != 200]
     answers: dict[int, set[str]] = defaultdict(set)
-    first_second: dict[int, float] = {}
+    second_at: dict[int, float] = {}
+    # When an input first got a second answer: the moment the request that got it was
+    # sent (answers taken in the order they were given).
     for r in sorted(ok, key=lambda r: r[0] + r[1]):
         answers[r[2]].add(r[6])
-        if len(answers[r[2]]) == 2:
-            first_second[r[2]] = r[0] + r[1]
+        if len(answers[r[2]]) == 2 and r[2] not in second_at:  # the first time only
+            second_at[r[2]] = r[0]
+    charged = _charge(second_at, faults, slots)
     run_counts = Counter(int(line.split()[0]) for line in runs if line.strip())
     hits = [r for r in ok if r[4] == "hit"]
     summary: dict[str, Any] = {
@@ -490,22 +564,18 @@ def _analyse(
         before = [r for r in ok if at - BASELINE <= r[0] < at]
         during = [r for r in records if at <= r[0] < until]
         level = _hit_rate(before) or 0.0
-        recovered = None
-        t = at
-        while t < until:
-            window = [r for r in ok if t <= r[0] < t + WINDOW]
-            rate = _hit_rate(window)
-            if rate is not None and rate >= 0.9 * level and t > at:
-                recovered = round(t - at, 2)
-                break
-            t += WINDOW
+        recovered = _back_after(ok, at, until, level)
         row = {
             "fault": fault["fault"],
             "at s": round(at, 1),
+            "requests/s before / during": (
+                f"{len(before) / BASELINE:.0f} / "
+                f"{sum(1 for r in records if at <= r[0] < at + FAULT_WINDOW) / FAULT_WINDOW:.0f}"
+            ),
             "failed": sum(1 for r in during if r[3] != 200),
-            "disagreeing inputs": sum(1 for v in first_second.values() if at <= v < until),
+            "disagreeing inputs": sum(1 for v in charged.values() if v == index),
             "hit rate before": round(level, 3),
-            "hits back after s": recovered if recovered is not None else f">{until - at:.0f}",
+            "hits back after s": recovered,
             "slowest request s": round(max((r[1] for r in during), default=0.0), 2),
         }
         if fault.get("promoted_after") is not None:
@@ -520,7 +590,7 @@ def _analyse(
             # The 5 s after the fault: the failover or the stall. Burst inputs are left
             # out: new by design (one miss, 63 shared), they are no key's hit rate, and
             # while the waiting mode holds most connections they would be most of it.
-            hot = [r for r in ok if at <= r[0] < at + 5.0 and r[2] < BURST_INPUTS]
+            hot = [r for r in ok if at <= r[0] < at + FAULT_WINDOW and r[2] < BURST_INPUTS]
             before = [r for r in before if r[2] < BURST_INPUTS]
             base_out = [r for r in before if not inside(r[2])]
             out = [r for r in hot if not inside(r[2])]
@@ -529,9 +599,16 @@ def _analyse(
                 f"{_hit_rate(base_out) or 0:.3f} / {_hit_rate(out) or 0:.3f}"
             )
             row["its keys' hit rate during"] = round(_hit_rate(into) or 0.0, 3)
+            base_in = [r for r in before if inside(r[2])]
+            row["its keys' hits back after s"] = _back_after(
+                [r for r in ok if r[2] < BURST_INPUTS and inside(r[2])],
+                at,
+                until,
+                _hit_rate(base_in) or 0.0,
+            )
             row["disagreements on its keys / others"] = (
-                f"{sum(1 for i, v in first_second.items() if at <= v < until and inside(i))}"
-                f" / {sum(1 for i, v in first_second.items() if at <= v < until and not inside(i))}"
+                f"{sum(1 for i, v in charged.items() if v == index and inside(i))}"
+                f" / {sum(1 for i, v in charged.items() if v == index and not inside(i))}"
             )
         per_fault.append(row)
     return {"summary": summary, "faults": per_fault}
@@ -544,6 +621,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--clients", type=int, default=2, help="load processes")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="requests/s each load process sends, open loop (requests waiting out a fault "
+        "then never hold back the other keys' requests); 0: a closed loop of --connections",
+    )
+    parser.add_argument(
+        "--open-connections",
+        type=int,
+        default=1024,
+        help="per load process, open loop: most requests in flight (beyond: shed, counted)",
+    )
     parser.add_argument("--connections", type=int, default=16, help="per load process")
     parser.add_argument("--distinct", type=int, default=5000)
     parser.add_argument("--zipf", type=float, default=1.1)
@@ -564,9 +654,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="start a killed primary again once its replica is promoted (it comes back empty)",
     )
+    parser.add_argument(
+        "--both-modes",
+        action="store_true",
+        help="run twice: fail_open (the default), then the waiting mode (store_wait=--wait)",
+    )
+    parser.add_argument(
+        "--wait", type=float, default=15.0, help="store_wait of --both-modes' waiting run (s)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     parser.add_argument(
-        "--keep", metavar="DIR", help="copy the run's logs, model runs and records to DIR"
+        "--keep",
+        metavar="DIR",
+        default=os.environ.get("FLEET_WATCH_KEEP") or None,
+        help="copy the run's logs, model runs and records to DIR (default: $FLEET_WATCH_KEEP, "
+        "so that a run the report starts can be kept)",
     )
     # A load process's options (the script runs itself once per --clients).
     parser.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
@@ -580,10 +682,62 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.replicas, args.faults, args.phase, args.distinct = 2, "primary", 8.0, 500
-    args.cache_options = {}
+    options: dict[str, Any] = {}
     for option in args.cache_option:
         name, _, value = option.partition("=")
-        args.cache_options[name] = json.loads(value)
+        options[name] = json.loads(value)
+    command = "python benchmarks/fleet_watch.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if not args.both_modes:
+        args.cache_options = options
+        report = _run(args)
+        report["command"] = command
+        _print(report)
+    else:
+        modes: dict[str, Any] = {}
+        keep = args.keep
+        for mode, extra in (
+            ("fail_open", {}),
+            (f"waiting (store_wait={args.wait:g})", {"store_wait": args.wait}),
+        ):
+            args.cache_options = {**options, **extra}
+            if keep:
+                args.keep = str(Path(keep, "waiting" if extra else "fail_open"))
+            modes[mode] = _run(args)
+            print(f"== {mode}")
+            _print(modes[mode])
+            print()
+        report = {
+            "title": "A fleet you can watch: both consistency modes, the same faults",
+            "command": command,
+            "load average (1/5/15 min) at end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            **modes,
+            "notes": [
+                "Load: 2 processes, each sending 300 requests/s whatever the earlier ones are "
+                "doing (open loop), so that requests waiting out a fault never stop the other "
+                "keys' requests. Faults 10 s apart: kill -9 a replica (HAProxy routes around "
+                "it), kill -9 a Redis primary (its replica is promoted), SIGSTOP another "
+                "primary for 5 s.",
+                "Disagreements: inputs that clients got two different answers for. Each is "
+                "charged to the latest fault, started before its second answer was first "
+                "given, whose primary held the input's key (a decision given while its primary "
+                "was down and never stored shows as a disagreement when the input is asked "
+                "again, which for a rare input can be after the next fault began), else to "
+                "the fault window in which that second answer was given. 'its keys / others': "
+                "inside or outside the faulted primary's slots.",
+                "Hit rates and 'requests/s during': requests sent in the 5 s after the fault "
+                "(burst inputs left out of the hit rates); 'before': the 3 s before it. 'hits "
+                "back after s': the first 250 ms window after the fault whose hit rate is "
+                "within 10% of the level before (all keys, and the faulted primary's keys).",
+            ],
+        }
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> dict[str, Any]:
+    """One run of the fleet under load and faults, with ``args.cache_options``; its report."""
+    load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     faults = [f for f in args.faults.split(",") if f]
     duration = args.phase * (len(faults) + 1)
 
@@ -611,6 +765,10 @@ def main(argv: list[str] | None = None) -> int:
                             str(duration),
                             "--connections",
                             str(args.connections),
+                            "--rate",
+                            str(args.rate),
+                            "--open-connections",
+                            str(args.open_connections),
                             "--distinct",
                             str(args.distinct),
                             "--zipf",
@@ -665,9 +823,16 @@ def main(argv: list[str] | None = None) -> int:
     report["summary"]["load CPU share"] = round(
         sum(result["cpu"] for result in results) / (duration * (os.cpu_count() or 1)), 3
     )
+    report["summary"]["requests shed (every connection busy)"] = sum(
+        result.get("shed", 0) for result in results
+    )
     report["settings"] = {
         "replicas": args.replicas,
-        "clients x connections": f"{args.clients} x {args.connections}",
+        "load": (
+            f"{args.clients} processes x {args.rate:g} requests/s, open loop"
+            if args.rate
+            else f"{args.clients} processes x {args.connections} connections, closed loop"
+        ),
         "distinct inputs": args.distinct,
         "zipf": args.zipf,
         "burst": f"{BURST} every {args.burst_every} s",
@@ -675,18 +840,16 @@ def main(argv: list[str] | None = None) -> int:
         "phase s": args.phase,
         "cache options": args.cache_options or "defaults (fail_open)",
         "machine": machine(),
+        "load average (1/5/15 min) at start / end": (
+            f"{load_at_start} / " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+        ),
     }
-    report["command"] = "python benchmarks/fleet_watch.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    _print(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    return report
 
 
 def _print(report: dict[str, Any]) -> None:
-    print(report["command"])
+    if "command" in report:
+        print(report["command"])
     print(table(["measure", "value"], list(report["summary"].items())))
     if report["faults"]:
         columns = sorted({c for row in report["faults"] for c in row}, key=_column_order)
@@ -697,7 +860,19 @@ def _print(report: dict[str, Any]) -> None:
 
 
 def _column_order(column: str) -> int:
-    order = ["fault", "at s", "failed", "disagreeing inputs", "hits back after s"]
+    order = [
+        "fault",
+        "at s",
+        "requests/s before / during",
+        "failed",
+        "disagreeing inputs",
+        "disagreements on its keys / others",
+        "promoted after s",
+        "hits back after s",
+        "its keys' hits back after s",
+        "other keys' hit rate before / during",
+        "its keys' hit rate during",
+    ]
     return order.index(column) if column in order else len(order)
 
 

@@ -2,6 +2,7 @@
 
     python benchmarks/report.py            # the full run (several minutes)
     python benchmarks/report.py --quick    # fewer iterations, for a smoke test
+    python benchmarks/report.py --only fleet_watch --splice   # one section, the rest kept
 
 Each script in SCRIPTS runs as a subprocess (``--json PATH``, and ``--quick``
 when asked and supported); a script that is missing, fails or times out is
@@ -64,6 +65,14 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("faults", "Faults: a stalled cluster primary, a killed lease owner"),
     ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
 )
+
+# Options a script runs with here beyond --json and --quick.
+SCRIPT_ARGS: dict[str, list[str]] = {
+    # Both consistency modes through the same faults, one table each, with an open-loop
+    # load: a closed loop's connections all end up waiting on a fault's keys, which
+    # would leave the other keys no requests to measure.
+    "fleet_watch": ["--both-modes", "--rate", "300"],
+}
 
 SIZES = (140, 2_000, 20_000)
 # Every Redis client gets a pool this large: more connections than tasks, so no
@@ -768,7 +777,7 @@ def run_script(
     if not path.exists():
         return ScriptRun(name, title, [], "missing")
     flags = script_flags(path)
-    command = [sys.executable, str(path.relative_to(ROOT))]
+    command = [sys.executable, str(path.relative_to(ROOT)), *SCRIPT_ARGS.get(name, [])]
     if quick and "--quick" in flags:
         command.append("--quick")
     use_json = "--json" in flags
@@ -892,17 +901,13 @@ def tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def render_script(run: ScriptRun, rerun: str | None = None) -> list[str]:
-    """One script's section; ``rerun`` says how it was rerun alone (``--splice``)."""
+def render_script(run: ScriptRun) -> list[str]:
     parts = [f"### {run.title}", ""]
     if run.status == "missing":
         parts.append(f"`benchmarks/{run.name}.py` is not in this checkout: not measured.")
         return parts
     parts.append(f"`{shlex.join(['python', *run.command[1:]])}` ({run.seconds:.0f} s)")
     parts.append("")
-    if rerun is not None:
-        parts.append(rerun)
-        parts.append("")
     if run.status != "ok":
         code = f", exit code {run.returncode}" if run.returncode is not None else ""
         parts.append(f"**Not measured: the script {run.status}{code}.** The end of its output:")
@@ -1031,26 +1036,65 @@ def render_page(
     return "\n".join(out)
 
 
-def splice(page: str, title: str, section: str) -> str:
-    """``page`` with the section headed ``### title`` replaced by ``section``.
+def run_named(args: argparse.Namespace, name: str, title: str, workdir: Path) -> ScriptRun:
+    """``run_script`` with the command line's --quick, --runs and --timeout."""
+    return run_script(
+        name, title, quick=args.quick, runs=max(1, args.runs), timeout=args.timeout, workdir=workdir
+    )
 
-    The section runs to the next heading of its level or above; the page's
-    other bytes stay as they are.
 
-    Raises:
-        ValueError: the page has no such section.
+def splice(args: argparse.Namespace, command: str, started: datetime.datetime) -> int:
+    """Run the ``--only`` scripts and put their sections into the page as it is.
+
+    Each section (from its ``### title`` to the next heading of level 3 or less)
+    is replaced; one the page lacks goes before the next script's section (in
+    ``SCRIPTS`` order) or before ``## Reproduce``. The rest of the page is kept
+    byte for byte: its own run's numbers stay as that run measured them.
     """
-    heading = f"### {title}\n"
-    start = page.find(heading)
-    if start < 0:
-        raise ValueError(f"the page has no section {title!r}")
-    ends = [
-        found
-        for found in (page.find("\n### ", start + 1), page.find("\n## ", start + 1))
-        if found >= 0
-    ]
-    end = min(ends) + 1 if ends else len(page)
-    return page[:start] + section + page[end:]
+    unknown = [name for name in args.only if name not in dict(SCRIPTS)]
+    if unknown:
+        raise SystemExit(f"unknown scripts: {', '.join(unknown)}")
+    page = args.out.read_text()
+    load_at_start = load_average()
+    with tempfile.TemporaryDirectory(prefix="asyncache-report-") as workdir:
+        for name, title in SCRIPTS:
+            if name not in args.only:
+                continue
+            lines = render_script(run_named(args, name, title, Path(workdir)))
+            lines[1:1] = [
+                "",
+                f"Run on its own and spliced into this page by `{command}` "
+                f"({started:%Y-%m-%d %H:%M} UTC; load average (1/5/15 min) at start "
+                f"{load_at_start}, at end {load_average()}); the rest of the page is "
+                "from the run named at its top.",
+            ]
+            page = splice_section(page, name, "\n".join(lines).rstrip("\n") + "\n\n")
+    args.out.write_text(page)
+    log(f"spliced {', '.join(args.only)} into {args.out}")
+    return 0
+
+
+def splice_section(page: str, name: str, section: str) -> str:
+    """``page`` with script ``name``'s section replaced by (or given) ``section``."""
+    titles = dict(SCRIPTS)
+    lines = page.splitlines(keepends=True)
+    heading = f"### {titles[name]}\n"
+
+    def end_of(start: int) -> int:
+        for index in range(start + 1, len(lines)):
+            if lines[index].startswith(("# ", "## ", "### ")):
+                return index
+        return len(lines)
+
+    if heading in lines:
+        start = lines.index(heading)
+        return "".join(lines[:start]) + section + "".join(lines[end_of(start) :])
+    order = [script for script, _ in SCRIPTS]
+    later = [f"### {titles[other]}\n" for other in order[order.index(name) + 1 :]]
+    for index, line in enumerate(lines):
+        if line in later or line == "## Reproduce\n":
+            return "".join(lines[:index]) + section + "".join(lines[index:])
+    return page.rstrip("\n") + "\n\n" + section
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1063,7 +1107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--splice",
         action="store_true",
-        help="replace only the sections of the scripts run in the existing page (with --only)",
+        help="with --only: replace those scripts' sections in the existing page (--out) and "
+        "leave every other byte of it as it is",
     )
     parser.add_argument("--no-scripts", action="store_true", help="only this file's measurements")
     parser.add_argument("--no-measure", action="store_true", help="only the scripts")
@@ -1077,8 +1122,10 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(
         ["python", "benchmarks/report.py", *(sys.argv[1:] if argv is None else argv)]
     )
-    if args.splice and not (args.only and args.no_measure and args.out.exists()):
-        parser.error("--splice needs --only, --no-measure and an existing page (--out)")
+    if args.splice:
+        if not args.only:
+            parser.error("--splice needs --only (the sections to run again)")
+        return splice(args, command, started)
     info = machine()
     series: list[Series] = []
     notes: list[str] = []
@@ -1111,28 +1158,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, title in SCRIPTS:
                 if args.only and name not in args.only:
                     continue
-                scripts.append(
-                    run_script(
-                        name,
-                        title,
-                        quick=args.quick,
-                        runs=max(1, args.runs),
-                        timeout=args.timeout,
-                        workdir=Path(workdir),
-                    )
-                )
-    if args.splice:
-        rerun = (
-            f"Rerun alone on {started:%Y-%m-%d %H:%M} UTC by `{command}` (load average "
-            f"{load_average()} at its end); the other sections are from the run above."
-        )
-        page = args.out.read_text()
-        for run in scripts:
-            # As render_page joins it: its lines, then the blank line before the next heading.
-            page = splice(page, run.title, "\n".join(render_script(run, rerun)) + "\n\n")
-        args.out.write_text(page)
-        log(f"replaced {len(scripts)} section(s) of {args.out}")
-        return 0
+                scripts.append(run_named(args, name, title, Path(workdir)))
     # Other work on the machine slows every number: say how busy it was at both ends.
     ordered: dict[str, str] = {}
     for key, value in info.items():

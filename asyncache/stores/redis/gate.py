@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import ConfigurationError, StoreError
 
@@ -118,7 +118,9 @@ class Gate:
 # under a command in flight (a cluster client refreshing its topology after a
 # timeout disconnects the connections other commands hold: "'NoneType' object
 # has no attribute 'writelines'"): a failed call all the same, never a crash.
-DRIVER_ERRORS = (RedisError, OSError, AttributeError, TypeError)
+# redis-py's cluster errors that are no ``RedisError`` (a slot no node covers mid-failover,
+# a cluster that no node answers for) are failed calls too.
+DRIVER_ERRORS = (RedisError, RedisClusterException, OSError, AttributeError, TypeError)
 
 
 def check_limit(limit: int | None) -> None:

@@ -19,18 +19,21 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
 
 from ..protocol import Entry
 from .gate import Gate
 from .layout import RELEASED, lease_is_live, lease_name, lease_value, unpack
+from .nodes import NodeHealth, on_node
 from .scripts import ACQUIRE, RELEASE
 from .url import Client
 
 __all__ = ["LeaseKeys"]
+
+T = TypeVar("T")
 
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.25
@@ -46,6 +49,11 @@ class LeaseKeys:
         pipeline: makes a non-transactional pipeline on ``client``.
         listen: starts the loop's subscription (which calls ``wake``).
         counters: the store's counters; ``lease_notifications`` counts here.
+        health: a cluster's health per node: a lease step on a cooling node's key
+            fails at once (``nodes.on_node``), a failed one counts against its node.
+        node_timeout: a cluster node's own bound (the client's ``socket_timeout``).
+        node_gate: a cluster node's own gate: on a cluster a lease step takes a slot
+            of its node's gate instead of ``gate``.
     """
 
     def __init__(
@@ -56,8 +64,14 @@ class LeaseKeys:
         pipeline: Callable[[], Any],
         listen: Callable[[], None],
         counters: dict[str, int],
+        health: NodeHealth | None = None,
+        node_timeout: float | None = None,
+        node_gate: Callable[[str], Gate] | None = None,
     ) -> None:
+        self.node_gate = node_gate
         self.client = client
+        self.health = health
+        self.node_timeout = node_timeout
         self.gate = gate
         self.prefix = prefix
         self.cluster = isinstance(client, RedisCluster)
@@ -81,16 +95,18 @@ class LeaseKeys:
         The holder's own token renews it for ``ttl`` from now.
         """
         ms = max(1, math.ceil(ttl * 1000))
-        async with self.gate:
-            taken = await self.acquire_script(
-                keys=[self.lease_name(key)], args=[lease_value(token, ms), ms, token]
-            )
+        name = self.lease_name(key)
+        taken = await self.step(
+            name, lambda: self.acquire_script(keys=[name], args=[lease_value(token, ms), ms, token])
+        )
         return bool(taken)
 
     async def release(self, key: bytes, token: bytes) -> None:
         """Drop the lease if ``token`` still holds it, and wake whoever waits on ``key``."""
-        async with self.gate:
-            await self.release_script(keys=[self.lease_name(key)], args=[token, self.channel, key])
+        name = self.lease_name(key)
+        await self.step(
+            name, lambda: self.release_script(keys=[name], args=[token, self.channel, key])
+        )
 
     async def wait_for_entry(self, key: bytes, timeout: float) -> Entry | None:  # noqa: ASYNC109
         """Wait up to ``timeout`` seconds for an entry under ``key`` to appear.
@@ -132,10 +148,18 @@ class LeaseKeys:
         lease = self.lease_name(key)
         pipe.execute_command("GET", lease)
         pipe.execute_command("PTTL", lease)
-        async with self.gate:
-            raw, lease, left = await pipe.execute()
+        raw, lease, left = await self.step(lease, pipe.execute)
         entry = None if raw is None else unpack(raw, time.time())
         return entry, lease_is_live(lease, int(left))
+
+    async def step(self, name: bytes, send: Callable[[], Awaitable[T]]) -> T:
+        """``send()`` through the gate; on a cluster, per node (``nodes.on_node``)."""
+        client, health, node_gate = self.client, self.health, self.node_gate
+        if health is None or node_gate is None or not isinstance(client, RedisCluster):
+            async with self.gate:
+                return await send()
+        await self.gate.ensure_ready()
+        return await on_node(client, name, health, self.node_timeout, node_gate, send)
 
     def waiting(self) -> int:
         """How many callers wait for an entry."""

@@ -34,7 +34,7 @@ from .channels import Handler, Invalidations, Listener
 from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
 from .leases import LeaseKeys
-from .nodes import NodeHealth, read_per_node
+from .nodes import NodeHealth, node_of, read_per_node, write_per_node
 from .scripts import DELETE, RENEW, REPLACE, SWAP
 from .url import Client
 
@@ -165,10 +165,20 @@ class Bound:
             else None
         )
         """Seconds one cluster node's share of a read may take (the client's ``socket_timeout``)."""
-        self.reads: Batcher[bytes, bytes | None] = Batcher(self.gate, self._get_batch)
+        self._node_gates: dict[str, Gate] = {}
+        self._limits = (settings.max_in_flight, settings.pool_timeout)
+        # On a cluster a batch is no command of its own: each node's share of it takes a
+        # slot of that node's gate (``node_gate``), so that a stalled node's commands
+        # never hold the slots the other nodes' commands need.
+        batches = Gate(None, settings.pool_timeout, prepare) if self.cluster else self.gate
+        self._batches = batches
+        self._node_reads: dict[str, Batcher[bytes, bytes | None]] = {}
+        self._node_adds: dict[str, Batcher[Command, bytes | None]] = {}
+        self.reads: Batcher[bytes, bytes | None] = Batcher(batches, self._get_batch)
         """Concurrent ``get``s, sent as one ``MGET`` (one per node, per hash slot, on a cluster)."""
-        self.adds: Batcher[Command, bytes | None] = Batcher(self.gate, self._add_batch)
-        """Concurrent ``add``s, sent as one pipeline of ``SET NX GET``."""
+        self.adds: Batcher[Command, bytes | None] = Batcher(batches, self._add_batch)
+        """Concurrent ``add``s, sent as one pipeline of ``SET NX GET`` (one per node on a
+        cluster, each failing alone)."""
         # Lone gets go over a connection of their own when the store owns the client and
         # its pool has room for one beyond the commands in flight (``from_url`` sizes it
         # so: listener + lone gets): see ``get``.
@@ -196,7 +206,15 @@ class Bound:
             client, self.gate, f"asyncache-redis-{prefix!r}", handlers, invalidations.gap
         )
         self.leases = LeaseKeys(
-            client, self.gate, prefix, self.pipeline, self.listener.ensure, settings.counters
+            client,
+            self.gate,
+            prefix,
+            self.pipeline,
+            self.listener.ensure,
+            settings.counters,
+            settings.nodes,
+            self.node_timeout,
+            self.node_gate,
         )
         if invalidations.callbacks:
             self.listener.ensure()
@@ -207,6 +225,43 @@ class Bound:
         """Have this closed when its loop closes its async generators (``asyncio.run`` does)."""
         self._keeper = self._keep()
         await anext(self._keeper)
+
+    def reads_of(self, name: bytes) -> Batcher[bytes, bytes | None]:
+        """Where a get of ``name`` is gathered: on a cluster, with the other gets of its
+        node only, so that a stalled node's batch (waiting out its timeout) never holds
+        back the gets of another node's keys that arrived in the same loop turn."""
+        if not isinstance(self.client, RedisCluster):
+            return self.reads
+        node = self._node_name(name)
+        batcher = self._node_reads.get(node)
+        if batcher is None:
+            batcher = self._node_reads[node] = Batcher(self._batches, self._get_batch)
+        return batcher
+
+    def adds_of(self, name: bytes) -> Batcher[Command, bytes | None]:
+        """Where an add of ``name`` is gathered: on a cluster, with its node's adds only."""
+        if not isinstance(self.client, RedisCluster):
+            return self.adds
+        node = self._node_name(name)
+        batcher = self._node_adds.get(node)
+        if batcher is None:
+            batcher = self._node_adds[node] = Batcher(self._batches, self._add_batch)
+        return batcher
+
+    def _node_name(self, name: bytes) -> str:
+        assert isinstance(self.client, RedisCluster)
+        try:
+            return node_of(self.client, name)
+        except StoreError:
+            return ""  # no node covers the slot now: the send finds out again, and fails it
+
+    def node_gate(self, node: str) -> Gate:
+        """A cluster node's own bound on commands in flight (``max_in_flight`` per node,
+        as redis-py's pools are per node): a stalled node fills its own, not the others'."""
+        gate = self._node_gates.get(node)
+        if gate is None:
+            gate = self._node_gates[node] = Gate(*self._limits)
+        return gate
 
     def pipeline(self) -> Any:
         """A non-transactional pipeline on this loop's client."""
@@ -245,7 +300,9 @@ class Bound:
     async def read_nodes(self, names: list[bytes]) -> list[bytes | StoreError | None]:
         """A cluster's ``MGET`` of ``names``, node by node (``nodes``): each node fails alone."""
         assert isinstance(self.client, RedisCluster)
-        return await read_per_node(self.client, names, self.node_timeout, self.nodes)
+        return await read_per_node(
+            self.client, names, self.node_timeout, self.nodes, self.node_gate
+        )
 
     async def _get_batch(self, names: list[bytes]) -> list[bytes | StoreError | None]:
         # A hot key asked for by many callers at once is read once.
@@ -260,7 +317,12 @@ class Bound:
         found = dict(zip(unique, raws, strict=True))
         return [found[name] for name in names]
 
-    async def _add_batch(self, commands: list[Command]) -> list[bytes | None]:
+    async def _add_batch(self, commands: list[Command]) -> list[bytes | StoreError | None]:
+        if isinstance(self.client, RedisCluster):
+            # One pipeline per node, side by side: a stalled node fails only its adds.
+            return await write_per_node(
+                self.client, commands, self.node_timeout, self.nodes, self.node_gate
+            )
         pipe = self.pipeline()
         for args, options in commands:
             pipe.execute_command(*args, **options)
@@ -273,8 +335,10 @@ class Bound:
         self.closed = True
         self._forget(self)
         self.leases.close()
-        await self.reads.aclose()
-        await self.adds.aclose()
+        for batcher in [self.reads, *self._node_reads.values()]:
+            await batcher.aclose()
+        for adder in [self.adds, *self._node_adds.values()]:
+            await adder.aclose()
         held, self._held = self._held, None
         if held is not None:
             with contextlib.suppress(RedisError, OSError):

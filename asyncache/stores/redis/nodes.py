@@ -18,24 +18,40 @@ engine's guard then knows that one node failed, not the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import StoreError
-from .gate import DRIVER_ERRORS, store_error
+from .gate import DRIVER_ERRORS, Gate, store_error
 
-__all__ = ["NODE_COOLDOWN", "NODE_FAILURES", "NodeHealth", "read_per_node"]
+T = TypeVar("T")
+Item = TypeVar("Item")
+
+__all__ = [
+    "NODE_COOLDOWN",
+    "NODE_FAILURES",
+    "NodeHealth",
+    "node_of",
+    "on_node",
+    "read_per_node",
+    "write_per_node",
+]
 
 NODE_FAILURES = 3
 """Failures in a row after which a node's keys fail at once for a while."""
-NODE_COOLDOWN = 1.0
-"""Seconds a failing node is left alone before one request tries it again.
+NODE_COOLDOWN = 0.25
+"""Seconds a failing node is left alone before one request (its probe) tries it again.
 
 Short, so that a node that recovers (or whose slots moved to a promoted
-replica, which the retry teaches the client) serves again within about a second.
+replica, which the client learns within its topology refresh interval:
+``url.TOPOLOGY_REFRESH``) serves again within a fraction of a second. While
+the probe is out, every other request for the node's keys still fails at
+once: one probe per cooling node, not one per caller.
 """
 
 
@@ -48,18 +64,22 @@ class NodeHealth:
         self._failures: dict[str, int] = {}
         self._skip_until: dict[str, float] = {}
 
-    def cooling(self, node: str) -> bool:
+    def cooling(self, node: str, probe_bound: float | None = None) -> bool:
         """Whether ``node``'s keys fail at once for now (it failed too often in a row).
 
-        Once the cool-down ends, one caller's request is let through (and the
-        node cools again at once if it fails).
+        Once the cool-down ends, the caller that asks first is the probe: its
+        request is let through, and the node stays cooling for every other
+        caller until the probe answers (``succeeded`` ends the cool-down,
+        ``failed`` starts another) or, if it never does, for ``probe_bound``
+        seconds (the probe's own timeout; at least ``NODE_COOLDOWN``).
         """
         until = self._skip_until.get(node)
         if until is None:
             return False
-        if time.monotonic() < until:
+        now = time.monotonic()
+        if now < until:
             return True
-        del self._skip_until[node]
+        self._skip_until[node] = now + max(NODE_COOLDOWN, probe_bound or 0.0)
         self._failures[node] = NODE_FAILURES - 1  # one more failure cools it again
         return False
 
@@ -71,9 +91,10 @@ class NodeHealth:
             self._skip_until[node] = time.monotonic() + NODE_COOLDOWN
 
     def succeeded(self, node: str) -> None:
-        """``node`` answered: its failures in a row are over."""
+        """``node`` answered: its failures in a row (and any cool-down) are over."""
         if self._failures:
             self._failures.pop(node, None)
+            self._skip_until.pop(node, None)
 
     def cooling_nodes(self) -> list[str]:
         """The nodes whose keys fail at once right now."""
@@ -86,48 +107,44 @@ async def read_per_node(
     names: Sequence[bytes],
     timeout: float | None,  # noqa: ASYNC109 - a node's own bound, inside the engine's
     health: NodeHealth,
+    gates: Callable[[str], Gate],
 ) -> list[bytes | StoreError | None]:
     """``MGET`` ``names`` node by node; a node that fails fails only its names.
 
     Returns per name its raw value, ``None``, or the ``StoreError`` (with
     ``shard`` set to the node) its node failed with.
     """
-    due = getattr(client, "_initialize_due", None)
-    if due is not None and due():
-        # A refresh of the topology an error asked for (a failover) runs here, once,
-        # outside every node's timeout: run inside one node's request, it would
-        # count against that (healthy) node. It never raises; it keeps the current
-        # topology when it reaches no node.
-        try:
-            await client.initialize()
-        except DRIVER_ERRORS:
-            pass
-    groups: dict[str, list[int]] = {}
-    failed: dict[int, StoreError] = {}
-    nodes_manager = client.nodes_manager
-    for index, name in enumerate(names):
-        try:
-            node = nodes_manager.get_node_from_slot(client.keyslot(name)).name
-        except RedisError as exc:  # a slot no node covers (mid-failover)
-            failed[index] = store_error(exc, shard=f"slot {client.keyslot(name)}")
-            continue
-        groups.setdefault(node, []).append(index)
+    return await _scatter(
+        client,
+        list(names),
+        names,
+        lambda node, part: _read_node(client, node, part, timeout, health, gates(node)),
+    )
+
+
+async def _scatter(
+    client: RedisCluster,
+    items: list[Item],
+    names: Sequence[bytes],
+    send: Callable[[str, list[Item]], Awaitable[Sequence[Any] | StoreError]],
+) -> list[Any]:
+    """``send`` each node its share of ``items`` (``names[i]`` is item i's key), side by
+    side; per item its reply, or the ``StoreError`` its node failed with."""
+    await refresh_if_due(client)
+    groups, failed = _by_node(client, names)
     nodes = list(groups)
     replies = await asyncio.gather(
-        *(
-            _read_node(client, node, [names[i] for i in groups[node]], timeout, health)
-            for node in nodes
-        )
+        *(send(node, [items[i] for i in groups[node]]) for node in nodes)
     )
-    results: list[bytes | StoreError | None] = [None] * len(names)
+    results: list[Any] = [None] * len(items)
     for node, reply in zip(nodes, replies, strict=True):
         indices = groups[node]
         if isinstance(reply, StoreError):
             for index in indices:
                 results[index] = reply
         else:
-            for index, raw in zip(indices, reply, strict=True):
-                results[index] = raw
+            for index, value in zip(indices, reply, strict=True):
+                results[index] = value
     for index, error in failed.items():
         results[index] = error
     return results
@@ -139,21 +156,163 @@ async def _read_node(
     names: list[bytes],
     timeout: float | None,  # noqa: ASYNC109
     health: NodeHealth,
+    gate: Gate,
 ) -> list[bytes | None] | StoreError:
     """The values of ``names`` (all on ``node``), or the error that node failed with."""
-    if health.cooling(node):
-        return StoreError(
-            f"redis: node {node} failed repeatedly; its keys are skipped for now", shard=node
-        )
+    # One MGET per slot, pipelined to the node (a redirection still followed).
+    return await _node_call(node, timeout, health, gate, lambda: client.mget_nonatomic(names))
+
+
+async def _node_call(
+    node: str,
+    timeout: float | None,  # noqa: ASYNC109
+    health: NodeHealth,
+    gate: Gate,
+    send: Callable[[], Awaitable[Sequence[Any]]],
+) -> list[Any] | StoreError:
+    """``send()``'s replies (a request to ``node``, in a slot of its gate, within
+    ``timeout``), or the error it failed with; counted in ``node``'s health."""
+    if health.cooling(node, timeout):
+        return _skipped(node)
     try:
-        async with asyncio.timeout(timeout):
-            # One MGET per slot, pipelined to the node (a redirection still followed).
-            raws = await client.mget_nonatomic(names)
+        async with asyncio.timeout(timeout), _slot(gate):
+            replies = await send()
     except TimeoutError:
         health.failed(node)
         return StoreError(f"redis: node {node} timed out after {timeout}s", shard=node)
+    except (*DRIVER_ERRORS, StoreError) as exc:
+        health.failed(node)
+        return exc if isinstance(exc, StoreError) else store_error(exc, shard=node)
+    health.succeeded(node)
+    return list(replies)
+
+
+async def refresh_if_due(client: RedisCluster) -> None:
+    """Run the topology refresh an error asked for (a failover), once, if it is due.
+
+    Outside every node's timeout: run inside one node's request, it would count
+    against that (healthy) node. It never raises; it keeps the current topology
+    when it reaches no node.
+    """
+    due = getattr(client, "_initialize_due", None)
+    if due is not None and due():
+        try:
+            await client.initialize()
+        except DRIVER_ERRORS:
+            pass
+
+
+def node_of(client: RedisCluster, name: bytes) -> str:
+    """The name of the node serving ``name``'s slot, by the client's topology.
+
+    Raises:
+        StoreError: no node covers the slot (mid-failover).
+    """
+    slot = client.keyslot(name)
+    try:
+        return str(client.nodes_manager.get_node_from_slot(slot).name)
+    except (RedisError, RedisClusterException) as exc:
+        raise store_error(exc, shard=f"slot {slot}") from None
+
+
+def _by_node(
+    client: RedisCluster, names: Sequence[bytes]
+) -> tuple[dict[str, list[int]], dict[int, StoreError]]:
+    """The indices of ``names`` per node, and the errors of names no node covers."""
+    groups: dict[str, list[int]] = {}
+    failed: dict[int, StoreError] = {}
+    for index, name in enumerate(names):
+        try:
+            node = node_of(client, name)
+        except StoreError as exc:
+            failed[index] = exc
+            continue
+        groups.setdefault(node, []).append(index)
+    return groups, failed
+
+
+def _skipped(node: str) -> StoreError:
+    return StoreError(
+        f"redis: node {node} failed repeatedly; its keys are skipped for now", shard=node
+    )
+
+
+Sent = Sequence[tuple[tuple[Any, ...], dict[str, Any]]]
+"""Commands for a pipeline: each one's arguments (the key second) and options."""
+
+
+async def write_per_node(
+    client: RedisCluster,
+    commands: Sent,
+    timeout: float | None,  # noqa: ASYNC109 - a node's own bound, inside the engine's
+    health: NodeHealth,
+    gates: Callable[[str], Gate],
+) -> list[Any]:
+    """Send ``commands`` (each on one key: ``args[1]``) as one pipeline per node, side by side.
+
+    A node that fails (or is cooling) fails only its own commands: their places
+    in the reply hold the ``StoreError`` (``shard`` naming the node); the other
+    places hold each command's reply.
+    """
+    return await _scatter(
+        client,
+        list(commands),
+        [args[1] for args, _ in commands],
+        lambda node, part: _write_node(client, node, part, timeout, health, gates(node)),
+    )
+
+
+async def _write_node(
+    client: RedisCluster,
+    node: str,
+    commands: Sent,
+    timeout: float | None,  # noqa: ASYNC109
+    health: NodeHealth,
+    gate: Gate,
+) -> list[Any] | StoreError:
+    """The replies of ``commands`` (all for ``node``), or the error that node failed with."""
+    pipe = client.pipeline()
+    for args, options in commands:
+        pipe.execute_command(*args, **options)
+    return await _node_call(node, timeout, health, gate, pipe.execute)
+
+
+async def on_node(
+    client: RedisCluster,
+    name: bytes,
+    health: NodeHealth,
+    timeout: float | None,  # noqa: ASYNC109
+    gates: Callable[[str], Gate],
+    send: Callable[[], Awaitable[T]],
+) -> T:
+    """``send()`` (a command on ``name``'s node, in a slot of its gate) unless that node
+    is cooling; its health.
+
+    A lease step on a cluster: a stalled node's lease keys fail at once once it
+    cools, instead of each paying the socket timeout.
+
+    Raises:
+        StoreError: the node is cooling, or the command failed (``shard`` names the node).
+    """
+    node = node_of(client, name)
+    if health.cooling(node, timeout):
+        raise _skipped(node)
+    try:
+        async with _slot(gates(node)):
+            result = await send()
     except DRIVER_ERRORS as exc:
         health.failed(node)
-        return store_error(exc, shard=node)
+        raise store_error(exc, shard=node) from exc
     health.succeeded(node)
-    return list(raws)
+    return result
+
+
+@contextlib.asynccontextmanager
+async def _slot(gate: Gate) -> AsyncIterator[None]:
+    """A slot of ``gate`` (a node's own) for the block; ``StoreError`` when none came free."""
+    if not gate.enter_now():
+        await gate.wait()
+    try:
+        yield
+    finally:
+        gate.leave()

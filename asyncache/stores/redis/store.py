@@ -223,8 +223,13 @@ class RedisStore:
         if bound is None or bound.loop is not running_loop():
             bound = await self._loops.bind()
         reads = bound.reads
-        # On a cluster every get is gathered, so that it goes out per node (``nodes``).
-        if reads.lone() and not bound.cluster:
+        if bound.cluster:
+            # On a cluster every get is gathered, with its node's others (``nodes``).
+            name = self.prefix + key
+            if not bound.gate.ready:
+                await bound.gate.ensure_ready()  # the topology, to find the key's node
+            raw = await bound.reads_of(name).join(name)
+        elif reads.lone():
             gate = bound.gate
             reads.busy += 1  # from here on, other gets gather behind this one
             try:
@@ -306,8 +311,11 @@ class RedisStore:
         name = self.prefix + key
         expires_at = expiry(expires_at)
         command = self._command(name, value, expires_at, time.time())
-        adds = bound.adds
-        if adds.lone():
+        # On a cluster every add is gathered, with its node's others (``nodes``).
+        if bound.cluster and not bound.gate.ready:
+            await bound.gate.ensure_ready()  # the topology, to find the key's node
+        adds = bound.adds_of(name) if bound.cluster else bound.adds
+        if adds.lone() and not bound.cluster:
             adds.busy += 1
             try:
                 async with bound.gate:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeAlias
@@ -27,6 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ...errors import ConfigurationError
 from ...redact import redact_text, redact_url
+from .gate import DRIVER_ERRORS
 
 __all__ = [
     "DEFAULT_BACKOFF_BASE",
@@ -38,6 +41,7 @@ __all__ = [
     "DEFAULT_SOCKET_TIMEOUT",
     "OPTIONS",
     "SCHEMES",
+    "TOPOLOGY_REFRESH",
     "Client",
     "Cluster",
     "Connected",
@@ -54,6 +58,11 @@ DEFAULT_MAX_CONNECTIONS = 64
 DEFAULT_RETRIES = 2
 DEFAULT_BACKOFF_BASE = 0.01
 DEFAULT_BACKOFF_CAP = 0.25
+TOPOLOGY_REFRESH = 0.2
+"""Seconds between two topology refreshes a cluster client's errors ask for (redis-py's
+``topology_refresh_min_interval``, 1 s by default): after a failover the client
+follows the promoted replica within about this, plus a node's cool-down
+(``nodes.NODE_COOLDOWN``)."""
 
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
@@ -73,6 +82,39 @@ class Cluster(RedisCluster):
         ClusterDownError,
         SlotNotCoveredError,
     )
+
+    # Once the client has a topology, the refreshes its errors ask for run in a task of
+    # their own, never inside the next command: a refresh asks the nodes one by one,
+    # and one that reaches a stalled node waits out its socket timeout, which the
+    # command that ran it (a healthy node's lease step, say) paid in full.
+    _refresher: asyncio.Task[None] | None = None
+    _refreshing = False
+
+    def _initialize_due(self) -> bool:
+        due: bool = super()._initialize_due()
+        if not due or self._refreshing or not self._topology_ready:
+            return due
+        refresher = self._refresher
+        if refresher is None or refresher.done():
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh())
+        return False  # the current topology keeps serving meanwhile
+
+    async def _refresh(self) -> None:
+        self._refreshing = True
+        try:
+            await self.initialize()  # takes the lock before it awaits: due for no one else
+        except DRIVER_ERRORS:
+            pass  # asked for again by the next error
+        finally:
+            self._refreshing = False
+
+    async def aclose(self) -> None:
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None and not refresher.done():
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, *DRIVER_ERRORS):
+                await refresher
+        await super().aclose()
 
 
 class Connected(NamedTuple):
@@ -267,7 +309,13 @@ def _build(url: str, overrides: Mapping[str, object]) -> Connected:
             raise ConfigurationError("Redis Cluster has only database 0")
         nodes = [ClusterNode(host, port) for host, port in _hosts(hostinfo, url)]
         tls_options: dict[str, Any] = {"ssl": True, **ssl_options} if tls else {}
-        cluster = Cluster(startup_nodes=nodes, max_connections=pool_size, **common, **tls_options)
+        cluster = Cluster(
+            startup_nodes=nodes,
+            max_connections=pool_size,
+            topology_refresh_min_interval=TOPOLOGY_REFRESH,
+            **common,
+            **tls_options,
+        )
         return Connected(cluster, prefix, max_connections, pool_timeout)
 
     pool_kwargs: dict[str, Any] = {**common, "db": db or 0}
