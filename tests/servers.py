@@ -95,7 +95,7 @@ def send_command(port: int, *args: str | bytes, timeout: float = 10.0) -> bytes:
 
 
 _BIND_ATTEMPTS = 5
-"""How many fresh ports a server whose port was chosen for it tries before giving up."""
+"""How many times a server tries to bind (on fresh ports, when its port was chosen for it)."""
 
 
 class _PortTaken(RuntimeError):
@@ -192,13 +192,16 @@ class RedisServer:
                 self._start(timeout)
                 return
             except _PortTaken:
-                if not self._movable:
-                    raise
-                # Never started yet, so nothing knows its ports: take fresh ones.
-                self.port = free_port()
-                self.log_path = self.workdir / f"redis-{self.port}.log"
-                if self.cluster:
-                    self.bus_port = free_port()
+                if self._movable:
+                    # Never started yet, so nothing knows its ports: take fresh ones.
+                    self.port = free_port()
+                    self.log_path = self.workdir / f"redis-{self.port}.log"
+                    if self.cluster:
+                        self.bus_port = free_port()
+                else:
+                    # A restart keeps its ports (clients and peers know them): what took
+                    # one is most likely a short-lived connection's local end.
+                    time.sleep(0.5)
         self._start(timeout)
 
     def _start(self, timeout: float) -> None:
