@@ -94,6 +94,14 @@ def send_command(port: int, *args: str | bytes, timeout: float = 10.0) -> bytes:
         return rest
 
 
+_BIND_ATTEMPTS = 5
+"""How many times a server tries to bind (on fresh ports, when its port was chosen for it)."""
+
+
+class _PortTaken(RuntimeError):
+    """redis-server could not bind its port: another process listens there."""
+
+
 class RedisServer:
     """One redis-server process on a fixed loopback port, which may be killed and restarted.
 
@@ -118,6 +126,9 @@ class RedisServer:
         extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary
+        # A port chosen here may be taken by another process (a concurrent test run's
+        # server, say) before this one binds it: ``start`` then moves to another.
+        self._movable = port is None
         self.port = port if port is not None else free_port()
         self.workdir = workdir
         self.cluster = cluster
@@ -176,6 +187,24 @@ class RedisServer:
         """
         if self.running:
             return
+        for _ in range(_BIND_ATTEMPTS - 1):
+            try:
+                self._start(timeout)
+                return
+            except _PortTaken:
+                if self._movable:
+                    # Never started yet, so nothing knows its ports: take fresh ones.
+                    self.port = free_port()
+                    self.log_path = self.workdir / f"redis-{self.port}.log"
+                    if self.cluster:
+                        self.bus_port = free_port()
+                else:
+                    # A restart keeps its ports (clients and peers know them): what took
+                    # one is most likely a short-lived connection's local end.
+                    time.sleep(0.5)
+        self._start(timeout)
+
+    def _start(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
@@ -190,12 +219,17 @@ class RedisServer:
         while True:
             if self.process.poll() is not None:
                 _RUNNING.discard(self.process)
-                raise RuntimeError(
+                error = _PortTaken if "Address already in use" in self.log_tail() else RuntimeError
+                raise error(
                     f"redis-server on port {self.port} exited with {self.process.returncode}:\n"
                     + self.log_tail()
                 )
-            with contextlib.suppress(OSError, RuntimeError):
-                if send_command(self.port, "PING", timeout=2.0) == b"PONG":
+            with contextlib.suppress(OSError, RuntimeError, ValueError):
+                # The server answering must be this one: until a server that could not
+                # bind exits, another process's server on the port would answer PING.
+                info = send_command(self.port, "INFO", "server", timeout=2.0).decode()
+                if f"process_id:{self.process.pid}\r\n" in info:
+                    self._movable = False
                     return
             if time.monotonic() > deadline:
                 self.kill()

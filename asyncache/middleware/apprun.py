@@ -18,6 +18,7 @@ from typing import Any
 
 from ..engine import (
     Broadcast,
+    Event,
     Fresh,
     Freshness,
     Unshared,
@@ -110,7 +111,7 @@ class AppRunner:
         run.capture = capture = settings.capture(
             broadcast, self.scope, self._finish, hold=True, fallback=self.fallback
         )
-        receive = LeaderReceive(self.receive, broadcast)
+        receive = LeaderReceive(self.receive, broadcast, run.response)
         run.task = spawn(self._run_app(run, capture, receive, broadcast))
         try:
             await run.response.wait()
@@ -280,13 +281,22 @@ class LeaderReceive:
     A leader whose client left must not cut short the response that other
     clients are reading: the app learns of the disconnect once nobody else
     reads (or the response is complete).
+
+    Nor, once the response is complete, before the outcome is decided (``decided``:
+    stored or refused). A server answers ``http.disconnect`` as soon as its client has
+    the last body message, and an app may cancel its handler then (Quart 0.23 does, at
+    once). From a bare server the app's ``send`` of that message has returned by then;
+    here it waits for the client (the body is paced) and then decides what is stored,
+    so without this wait the app cancelled itself inside that ``send`` and a whole
+    response was never stored.
     """
 
-    __slots__ = ("_broadcast", "_receive")
+    __slots__ = ("_broadcast", "_decided", "_receive")
 
-    def __init__(self, receive: Receive, broadcast: Broadcast) -> None:
+    def __init__(self, receive: Receive, broadcast: Broadcast, decided: Event) -> None:
         self._receive = receive
         self._broadcast = broadcast
+        self._decided = decided
 
     async def __call__(self) -> Message:
         message = await self._receive()
@@ -294,6 +304,9 @@ class LeaderReceive:
             broadcast = self._broadcast
             while not broadcast.complete and broadcast.followers():
                 await broadcast.changed().wait()
+            if broadcast.complete:
+                # Set by the app's send of the last message (or when the app ends).
+                await self._decided.wait()
         return message
 
 

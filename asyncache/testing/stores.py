@@ -160,7 +160,12 @@ class StoreContract:
         expires_at = time.time() + 0.5
         await store.add(_key(1), b"brief", expires_at)
         got = await store.get(_key(1))
-        assert got is not None and got.value == b"brief"
+        # A loaded machine may stall past the expiry before the get returns: only then
+        # may it miss (the store's clock and this one are the same machine's).
+        if got is None:
+            assert time.time() >= expires_at
+        else:
+            assert got.value == b"brief"
         await asyncio.sleep(max(0.0, expires_at - time.time()) + 0.05)
         assert await store.get(_key(1)) is None
         replaced = await store.add(_key(1), b"next", time.time() + HOUR)

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from asyncache.redact import redact_text, redact_url
 
 from ..servers import RedisServer, send_command
 from ..support import free_port, require, require_binary
-from ..support.stores import fill
+from ..support.stores import fill, sqlite_file
 
 ROOT = Path(__file__).resolve().parents[2]
 _SCRIPT = shutil.which("asyncache", path=str(Path(sys.executable).parent))
@@ -117,11 +116,11 @@ def test_stats_of_a_tier_shows_the_shared_store(filled: str) -> None:
 
 def test_stats_leaves_another_applications_file_alone(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
-    with sqlite3.connect(path) as raw:
+    with sqlite_file(path) as raw:
         raw.execute("CREATE TABLE other (x)")
     message = one_line_error(run("stats", f"sqlite:///{path}"))
     assert "is not an asyncache SQLite store" in message
-    with sqlite3.connect(path) as raw:
+    with sqlite_file(path) as raw:
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
     assert tables == {"other"}
 

@@ -228,7 +228,8 @@ async def test_many_computes_only_its_misses(offload: ThreadOffload) -> None:
     # b was a hit, the repeated a was computed once, and misses go in calls of at most 3.
     assert model.calls[0] == ["b"]
     assert sorted(model.items[1:]) == ["a", "c", "d", "e", "f"]
-    assert [len(call) for call in model.calls[1:]] == [3, 2]
+    # The two calls run on the offload's two threads at once: either may record first.
+    assert sorted(len(call) for call in model.calls[1:]) == [2, 3]
     assert await predict.many([]) == []
 
 

@@ -149,3 +149,50 @@ async def test_a_stream_is_shared_live_over_tcp() -> None:
     assert runs == [1]
     assert got == [f'{{"token": {index}}}' for index in range(3)]
     assert body == b"".join(b'{"token": %d}\n' % index for index in range(3))
+
+
+def cancelled_on_disconnect_app(runs: list[int]) -> Any:
+    """An ASGI app that, as Quart 0.23 does, reads ``receive`` beside its handler and
+    cancels the handler at ``http.disconnect``, which a server answers as soon as its
+    client has the last body message. Its body goes out in two messages, as Quart's does."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        async def handle() -> None:
+            runs.append(1)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b'{"ok":1}', "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def listen(handler: asyncio.Task[None]) -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    handler.cancel()
+                    return
+
+        handler = asyncio.ensure_future(handle())
+        listener = asyncio.ensure_future(listen(handler))
+        await asyncio.gather(handler, listener, return_exceptions=True)
+
+    return app
+
+
+async def test_an_app_cancelled_at_its_clients_disconnect_has_its_response_stored() -> None:
+    # Before: the app's send of its last body message waited for the client (paced),
+    # the server's disconnect reached the app first, the app cancelled its handler
+    # inside that send, and the response was never stored: every request a miss.
+    runs: list[int] = []
+    cache = DecisionCache()
+    app = DecisionCacheMiddleware(cancelled_on_disconnect_app(runs), cache=cache, routes=["/"])
+    async with uvicorn_serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        replies = [await client.post("/", json={"text": "a"}) for _ in range(4)]
+    assert [reply.json() for reply in replies] == [{"ok": 1}] * 4
+    assert [reply.headers["x-cache"] for reply in replies] == ["miss", "hit", "hit", "hit"]
+    assert len(runs) == 1
+    assert cache.stats()["stores"] == 1

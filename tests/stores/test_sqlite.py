@@ -20,6 +20,7 @@ from asyncache.stores import Entry, LeaseStore, open_store
 from asyncache.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
 from ..support import key, until
+from ..support.stores import sqlite_file
 
 HOUR = 3600.0
 
@@ -116,7 +117,7 @@ async def test_existing_file_keeps_its_mode(path: Path) -> None:
 
 async def test_wal_and_schema(path: Path, store: SQLiteStore) -> None:
     await store.count()
-    with sqlite3.connect(path) as raw:
+    with sqlite_file(path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         columns = raw.execute("PRAGMA table_info(asyncache_entries)").fetchall()
@@ -135,7 +136,7 @@ async def test_entries_persist_across_stores(path: Path) -> None:
 
 
 async def test_newer_schema_is_refused(path: Path) -> None:
-    with sqlite3.connect(path) as raw:
+    with sqlite_file(path) as raw:
         raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     opened = SQLiteStore(path)
     try:
@@ -143,7 +144,7 @@ async def test_newer_schema_is_refused(path: Path) -> None:
             await opened.get(key(1))
     finally:
         await opened.aclose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_file(path) as raw:
         # Refused before anything was written.
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
         assert raw.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
@@ -599,7 +600,7 @@ async def test_describe_an_empty_private_database() -> None:
 
 
 async def test_describe_refuses_a_file_of_another_application(path: Path) -> None:
-    with sqlite3.connect(path) as raw:
+    with sqlite_file(path) as raw:
         raw.execute("CREATE TABLE other (x)")
     reader = SQLiteStore(path)
     try:
@@ -607,7 +608,7 @@ async def test_describe_refuses_a_file_of_another_application(path: Path) -> Non
             await reader.describe()
     finally:
         await reader.aclose()
-    with sqlite3.connect(path) as raw:  # and it was left as it was
+    with sqlite_file(path) as raw:  # and it was left as it was
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
     assert tables == {"other"}
 
@@ -659,7 +660,7 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def _used_bytes(path: Path) -> int:
-    with sqlite3.connect(path) as raw:
+    with sqlite_file(path) as raw:
         pages, free, size = raw.execute(
             "SELECT * FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()"
         ).fetchone()

@@ -25,6 +25,7 @@ from asyncache.stores import Entry
 from asyncache.stores.sqlite import SQLiteStore
 
 from ..support import key
+from ..support.stores import sqlite_file
 
 HOUR = 3600.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +150,7 @@ def test_processes_opening_a_new_file_at_once(tmp_path: Path) -> None:
                 if child.poll() is None:
                     child.kill()
                     child.communicate()
-        with sqlite3.connect(path) as raw:
+        with sqlite_file(path) as raw:
             assert raw.execute("SELECT count(*) FROM asyncache_entries").fetchone() == (OPENERS,)
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asyncache.stores import open_store
@@ -27,6 +30,19 @@ def fill(url: str, entries: Sequence[tuple[bytes, bytes, float | None]]) -> None
             await store.aclose()
 
     asyncio.run(adding())
+
+
+@contextlib.contextmanager
+def sqlite_file(path: str | Path) -> Iterator[sqlite3.Connection]:
+    """A plain ``sqlite3`` connection to ``path``: its statements committed at the end
+    (rolled back on an error), and the connection closed.
+
+    ``with sqlite3.connect(path)`` alone commits but never closes: the connection is
+    closed when it is collected, and Python 3.13 warns of each one (``ResourceWarning:
+    unclosed database``), which fails whichever test is running then.
+    """
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        yield db
 
 
 async def command_calls(*clients: Redis) -> dict[str, int]:
