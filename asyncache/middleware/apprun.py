@@ -291,22 +291,28 @@ class LeaderReceive:
     response was never stored.
     """
 
-    __slots__ = ("_broadcast", "_decided", "_receive")
+    __slots__ = ("_broadcast", "_decided", "_disconnect", "_receive")
 
     def __init__(self, receive: Receive, broadcast: Broadcast, decided: Event) -> None:
         self._receive = receive
         self._broadcast = broadcast
         self._decided = decided
+        self._disconnect: Message | None = None
+        """A disconnect taken from the server but not yet handed to the app."""
 
     async def __call__(self) -> Message:
-        message = await self._receive()
+        message = self._disconnect or await self._receive()
         if message["type"] == "http.disconnect":
+            # Kept while waiting: an app's receive in a cancelled scope (Starlette's
+            # ``is_disconnected`` under trio) must find it again on its next call.
+            self._disconnect = message
             broadcast = self._broadcast
             while not broadcast.complete and broadcast.followers():
                 await broadcast.changed().wait()
-            if broadcast.complete:
+            if broadcast.complete and not self._decided.is_set():
                 # Set by the app's send of the last message (or when the app ends).
                 await self._decided.wait()
+            self._disconnect = None
         return message
 
 
