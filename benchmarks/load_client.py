@@ -42,7 +42,7 @@ from typing import Any
 from _common import machine, table
 
 from asyncache.demo.client import LoadClient, run
-from asyncache.demo.run import AUTHORITY, server_command
+from asyncache.demo.run import AUTHORITY, server_command, stop_server
 from asyncache.demo.workload import Request, build_workload, send_all
 from tests.support import free_port
 
@@ -207,12 +207,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
         log.close()
     ratio = statistics.median(float(row["demo / wrk"]) for row in rows)
     command = " ".join(

@@ -233,6 +233,16 @@ def server_command(port: int, store: str, backend: str, *, fresh: bool = False) 
     return [*command, "--fresh"] if fresh else command
 
 
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    """Stop the demo's server: politely, then for good after 15 s."""
+    server.terminate()
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``asyncache demo``."""
     args = _parser().parse_args(argv)
@@ -255,12 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"asyncache demo: {exc}", file=sys.stderr)
             return 1
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop_server(server)
 
 
 if __name__ == "__main__":

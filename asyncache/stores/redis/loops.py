@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
-from typing import Any, NamedTuple
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -37,6 +37,9 @@ from .leases import LeaseKeys
 from .nodes import NodeHealth, node_of, read_per_node, write_per_node
 from .scripts import DELETE, RENEW, REPLACE, SWAP
 from .url import Client
+
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 __all__ = [
     "ASYNCIO_ONLY",
@@ -232,20 +235,25 @@ class Bound:
         back the gets of another node's keys that arrived in the same loop turn."""
         if not isinstance(self.client, RedisCluster):
             return self.reads
-        node = self._node_name(name)
-        batcher = self._node_reads.get(node)
-        if batcher is None:
-            batcher = self._node_reads[node] = Batcher(self._batches, self._get_batch)
-        return batcher
+        return self._of_node(self._node_reads, name, self._get_batch)
 
     def adds_of(self, name: bytes) -> Batcher[Command, bytes | None]:
         """Where an add of ``name`` is gathered: on a cluster, with its node's adds only."""
         if not isinstance(self.client, RedisCluster):
             return self.adds
+        return self._of_node(self._node_adds, name, self._add_batch)
+
+    def _of_node(
+        self,
+        batchers: dict[str, Batcher[In, Out]],
+        name: bytes,
+        send: Callable[[list[In]], Awaitable[Sequence[Out | StoreError]]],
+    ) -> Batcher[In, Out]:
+        """The batcher of ``name``'s node in ``batchers``, made on the node's first call."""
         node = self._node_name(name)
-        batcher = self._node_adds.get(node)
+        batcher = batchers.get(node)
         if batcher is None:
-            batcher = self._node_adds[node] = Batcher(self._batches, self._add_batch)
+            batcher = batchers[node] = Batcher(self._batches, send)
         return batcher
 
     def _node_name(self, name: bytes) -> str:
