@@ -19,6 +19,7 @@ from .decorator import (
     MethodWarning,
     cached_prediction,
 )
+from .engine import StoreCheck
 from .errors import (
     AsyncacheError,
     ConfigurationError,
@@ -86,6 +87,7 @@ __all__ = [
     "ReplayMiss",
     "SchemaVersionError",
     "SignatureError",
+    "StoreCheck",
     "StoreError",
     "ThreadOffload",
     "WorkerDiedError",

@@ -11,8 +11,9 @@ here, never from its underscore modules. Its modules:
 - ``_flights``: the one coalescing table (a flight per missed key);
 - ``_freshness``: fresh, stale-while-revalidate, stale-if-error, gone; jitter
   and cached errors;
-- ``_guard``: the store guard (timeouts, failure counting, cool-down) and the
-  shared deadlines of one call;
+- ``_guard``: the store guard (timeouts, failure counting, cool-down, a bug
+  raised rather than a miss) and the shared deadlines of one call;
+- ``_check``: the startup check, one round trip to the store;
 - ``_leases``: one computation per fleet, through the store's leases;
 - ``_audit``: sampled audits of hits and shadow mode;
 - ``_warm``: pre-warming from a list of inputs;
@@ -23,6 +24,7 @@ here, never from its underscore modules. Its modules:
 
 from ._audit import Auditor, Compare, MismatchHook
 from ._broadcast import MAX_PIECES, Broadcast, Framing, Reader
+from ._check import StoreCheck, check_store
 from ._engine import (
     MISS,
     AdmitHook,
@@ -70,6 +72,7 @@ __all__ = [
     "Reader",
     "Source",
     "StaleHit",
+    "StoreCheck",
     "StoreGuard",
     "TtlHook",
     "Unshared",
@@ -77,6 +80,7 @@ __all__ = [
     "cached_stream",
     "cancel_and_wait",
     "cancelled",
+    "check_store",
     "error_for_caller",
     "get_or_compute_many",
     "is_cancellation",

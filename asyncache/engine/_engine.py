@@ -50,7 +50,7 @@ from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
 from ._freshness import ErrorHit, Freshness, StaleHit, error_name, overridden, revive_error
-from ._guard import StoreGuard, new_request
+from ._guard import BUGS, StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
 
@@ -1090,6 +1090,8 @@ class Engine:
             renewed = await self.guard.call("renew", lambda: self.store.renew(key, expires_at))
             if renewed:
                 self.stats.renewals += 1
+        except BUGS:
+            pass  # logged by the guard; no caller waits on a renewal to raise it to
         finally:
             self._renewing.discard(key)
 
