@@ -278,3 +278,43 @@ def _compute(value: str) -> Callable[[], Any]:
         return value
 
     return compute
+
+
+@pytest.mark.parametrize("error", [AttributeError, TypeError])
+async def test_a_driver_mismatch_in_a_redis_store_raises(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
+) -> None:
+    """redis-py raising from a signature the store was not written for (redis-py 5.0.1's
+    ``get_connection()`` without ``command_name``) raises, through the store's batches;
+    a connection torn down under a command (``'NoneType' object...``, tests/stores/
+    test_redis.py) stays a miss."""
+    from redis.asyncio.connection import AbstractConnection
+
+    from asyncache.stores.redis import RedisStore
+
+    store = RedisStore.from_url(redis_url, prefix=redis_prefix)
+    cache = DecisionCache(store, store_timeout=5.0)
+    runs = 0
+
+    @cached_prediction(cache)
+    async def predict(text: str) -> str:
+        nonlocal runs
+        runs += 1
+        return text.upper()
+
+    try:
+        assert await predict("a") == "A"
+
+        def mismatch(self: object, command: object) -> None:
+            raise error("get_connection() missing 1 required positional argument: 'command_name'")
+
+        monkeypatch.setattr(AbstractConnection, "_send_packed_command", mismatch)
+        for text in ("a", "b"):
+            with pytest.raises(StoreError, match="command_name") as excinfo:
+                await predict(text)
+            assert isinstance(excinfo.value.__cause__, error)
+        assert runs == 1
+        monkeypatch.undo()
+    finally:
+        await store.clear()
+        await cache.aclose()

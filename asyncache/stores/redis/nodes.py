@@ -27,7 +27,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import StoreError
-from .gate import DRIVER_ERRORS, Gate, store_error
+from .gate import DRIVER_ERRORS, Gate, cause_of, store_error
 
 T = TypeVar("T")
 Item = TypeVar("Item")
@@ -302,7 +302,7 @@ async def on_node(
             result = await send()
     except DRIVER_ERRORS as exc:
         health.failed(node)
-        raise store_error(exc, shard=node) from exc
+        raise store_error(exc, shard=node) from cause_of(exc)
     health.succeeded(node)
     return result
 
