@@ -318,3 +318,19 @@ async def test_a_driver_mismatch_in_a_redis_store_raises(
     finally:
         await store.clear()
         await cache.aclose()
+
+
+async def test_a_bug_raises_from_a_lease_step() -> None:
+    # A lease store (the fleet's one computation per key) whose lease calls are broken.
+    store = BrokenStore({"acquire_lease", "release_lease", "wait_for_entry"}, type_error)
+    cache = DecisionCache(store, leases=True)  # type: ignore[arg-type]
+    runs = 0
+
+    async def compute() -> str:
+        nonlocal runs
+        runs += 1
+        return "ok"
+
+    with pytest.raises(TypeError, match="abandon_on_cancel"):
+        await cache.get_or_compute(bytes(16), compute)
+    assert runs == 0
