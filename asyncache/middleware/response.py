@@ -8,7 +8,8 @@ which answer one request's ``Range`` or validators), no ``Set-Cookie`` (nor
 any spelling ``freshness.cache_control`` reads), no ``Pragma: no-cache``, no
 ``Expires`` in the past (``0`` included) unless ``Cache-Control`` gives a
 lifetime, no ``Vary`` on something the key does not hold, no event stream, no
-file sent by path, a body under the cap, and the user's ``admit`` hook agreeing.
+file sent by path, no ``Content-Encoding`` unless the key holds ``Accept-Encoding``
+(the route's ``vary``), a body under the cap, and the user's ``admit`` hook agreeing.
 A response that gives a lifetime is stored for no longer than what is left of
 it (``freshness``), and its ``Age`` is not stored: a hit computes it.
 
@@ -166,6 +167,13 @@ def refusal(
         elif name == b"content-type":
             if value.lstrip().lower().startswith(b"text/event-stream"):
                 return "event_stream"
+        elif name == b"content-encoding":
+            # Encoded bytes answer the request's Accept-Encoding: replayed to a client
+            # that did not accept them, they are garbage to it. Stored only when the key
+            # tells such clients apart, whether or not the app said Vary.
+            coding = value.strip().lower()
+            if coding and coding != b"identity" and b"accept-encoding" not in keyed:
+                return "encoded_unkeyed"
         elif name == b"content-length":
             try:
                 too_large = too_large or int(value) > limit

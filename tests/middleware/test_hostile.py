@@ -1,0 +1,87 @@
+"""The middleware's promises against hostile or careless peers, over real servers.
+
+- An app that gzips without ``Vary``: its encoded bytes are never replayed to a
+  client that did not accept them (stored only when the key holds
+  ``Accept-Encoding``).
+"""
+
+from __future__ import annotations
+
+import gzip
+from typing import Any
+
+import httpx
+import pytest
+
+from asyncache import DecisionCache, MemoryStore
+from asyncache.middleware import DecisionCacheMiddleware
+
+from . import serving
+
+PLAIN = b'{"label":"positive","score":0.97}'
+
+
+class GzippingApp:
+    """Answers gzip to a client whose ``Accept-Encoding`` allows it, and never says ``Vary``."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.calls += 1
+        while (await receive()).get("more_body", False):
+            pass
+        accepted = b""
+        for name, value in scope["headers"]:
+            if name == b"accept-encoding":
+                accepted = value.replace(b" ", b"").lower()
+        headers = [(b"content-type", b"application/json")]
+        body = PLAIN
+        if b"gzip" in accepted and b"gzip;q=0" not in accepted:
+            body = gzip.compress(PLAIN)
+            headers.append((b"content-encoding", b"gzip"))
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+# A client that sends no Accept-Encoding, or one that refuses gzip.
+REFUSING = [None, "identity", "br", "gzip;q=0"]
+
+
+@pytest.mark.parametrize("server", ["h11", "httptools", "hypercorn"])
+async def test_gzip_bytes_are_never_replayed_to_a_client_that_did_not_accept_them(
+    server: str,
+) -> None:
+    app = GzippingApp()
+    cache = DecisionCache(MemoryStore())
+    middleware = DecisionCacheMiddleware(app, cache=cache)
+    async with serving(middleware, server) as url, httpx.AsyncClient(base_url=url) as client:
+        del client.headers["accept-encoding"]  # httpx's default; each request says its own
+        gzipped = await client.post("/", json={"x": 1}, headers={"accept-encoding": "gzip"})
+        assert gzipped.headers["content-encoding"] == "gzip"
+        for accepted in REFUSING:
+            headers = {} if accepted is None else {"accept-encoding": accepted}
+            answer = await client.post("/", json={"x": 1}, headers=headers)
+            assert "content-encoding" not in answer.headers, accepted
+            assert answer.content == PLAIN, accepted
+    # The gzip answer was not stored; an identity one may be, and answers everyone.
+    assert cache.stats()["stores"] <= 1
+    await cache.aclose()
+
+
+async def test_gzip_bytes_are_stored_when_the_key_holds_accept_encoding() -> None:
+    app = GzippingApp()
+    cache = DecisionCache(MemoryStore())
+    middleware = DecisionCacheMiddleware(app, cache=cache, vary=["accept-encoding"])
+    async with serving(middleware, "h11") as url, httpx.AsyncClient(base_url=url) as client:
+        del client.headers["accept-encoding"]
+        answers = [
+            await client.post("/", json={"x": 1}, headers=headers)
+            for headers in ({"accept-encoding": "gzip"}, {}, {"accept-encoding": "gzip"}, {})
+        ]
+    assert [a.headers.get("content-encoding") for a in answers] == ["gzip", None, "gzip", None]
+    assert [a.headers["x-cache"] for a in answers] == ["miss", "miss", "hit", "hit"]
+    assert {a.content for a in answers} == {PLAIN}
+    assert app.calls == 2
+    await cache.aclose()
