@@ -75,6 +75,9 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
+# RFC 9110 11.6.3, 11.7.3: what the server says of one client's authentication (its
+# next nonce...). Another client's hit must not get it: never stored.
+_ONE_CLIENTS = frozenset({b"authentication-info", b"proxy-authentication-info"})
 _PRIVATE_DIRECTIVES = frozenset({"no-store", "private", "no-cache"})
 _LIFETIMES = ("max-age", "s-maxage")
 _COOKIES = frozenset({b"set-cookie", b"set-cookie2"})
@@ -227,7 +230,8 @@ def to_value(
     head: bool = False,
     born: float | None = None,
 ) -> list[Any]:
-    """The stored form of ``response``, without hop-by-hop headers nor those in ``drop``.
+    """The stored form of ``response``, without hop-by-hop headers, ``Authentication-Info``
+    (one client's), nor those in ``drop``.
 
     ``[status, headers, body, length_at, born]``, ``born`` last only when
     given (when the response was generated: a hit's ``Age`` counts from it,
@@ -246,7 +250,7 @@ def to_value(
     length_at = -1
     for name, value in response.headers:
         lowered = name.lower()
-        if lowered in HOP_BY_HOP or lowered in drop or lowered in listed:
+        if lowered in HOP_BY_HOP or lowered in drop or lowered in listed or lowered in _ONE_CLIENTS:
             continue
         if lowered == b"age" and born is not None:
             continue

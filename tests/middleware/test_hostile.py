@@ -85,3 +85,27 @@ async def test_gzip_bytes_are_stored_when_the_key_holds_accept_encoding() -> Non
     assert {a.content for a in answers} == {PLAIN}
     assert app.calls == 2
     await cache.aclose()
+
+
+async def test_authentication_info_is_never_replayed_on_a_hit() -> None:
+    # What a server says of one client's authentication (its next nonce) is that client's.
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"authentication-info", b'nextnonce="47364c23432d2e131a5fb210812c"'),
+            (b"proxy-authentication-info", b'nextnonce="a8b4c1e0"'),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": PLAIN})
+
+    cache = DecisionCache(MemoryStore())
+    middleware = DecisionCacheMiddleware(app, cache=cache)
+    async with serving(middleware, "h11") as url, httpx.AsyncClient(base_url=url) as client:
+        miss = await client.post("/", json={"x": 1})
+        hit = await client.post("/", json={"x": 1})
+    assert miss.headers["authentication-info"].startswith("nextnonce=")
+    assert (hit.headers["x-cache"], hit.content) == ("hit", PLAIN)
+    assert "authentication-info" not in hit.headers
+    assert "proxy-authentication-info" not in hit.headers
+    await cache.aclose()
