@@ -100,7 +100,8 @@ class DecisionCacheMiddleware:
             run of the app to start its answer before running the app itself,
             in seconds. ``None`` (the default): a few times the route's
             typical run (``FOLLOWER_FACTOR`` times the moving average of the
-            runs whose answer could be shared, at least ``FOLLOWER_FLOOR``),
+            runs whose answer could be shared, or their slowest recent one
+            when longer, at least ``FOLLOWER_FLOOR``),
             and the cache's ``coalesce_timeout`` until one was timed. Never
             longer than ``coalesce_timeout``.
         fingerprint: the model's fingerprint for these routes; the cache's by default.

@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -108,4 +110,45 @@ async def test_authentication_info_is_never_replayed_on_a_hit() -> None:
     assert (hit.headers["x-cache"], hit.content) == ("hit", PLAIN)
     assert "authentication-info" not in hit.headers
     assert "proxy-authentication-info" not in hit.headers
+    await cache.aclose()
+
+
+class CostlyApp:
+    """A route whose ``"slow"`` inputs take ``SLOW`` seconds and the others none."""
+
+    def __init__(self) -> None:
+        self.runs: Counter[bytes] = Counter()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        self.runs[body] += 1
+        if b"slow" in body:
+            await asyncio.sleep(SLOW)
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+SLOW = 1.0
+
+
+async def test_cheap_runs_of_other_inputs_do_not_shorten_a_slow_inputs_follower_wait() -> None:
+    # 40 cheap distinct requests brought the wait (4x the moving average) to its 0.1 s
+    # floor; the 10 identical slow requests that followed then ran the app 10 times.
+    app = CostlyApp()
+    cache = DecisionCache(MemoryStore())
+    middleware = DecisionCacheMiddleware(app, cache=cache)
+    async with serving(middleware, "h11") as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/", json={"slow": 0})  # the route's real runs take a second
+        for n in range(40):
+            await client.post("/", json={"cheap": n})
+        burst = await asyncio.gather(*(client.post("/", json={"slow": 1}) for _ in range(10)))
+    assert [answer.status_code for answer in burst] == [200] * 10
+    assert app.runs[b'{"slow":1}'] == 1
+    assert cache.stats()["coalesce_timeouts"] == 0
     await cache.aclose()
