@@ -302,7 +302,9 @@ class Exchange:
             while True:
                 message = broadcast.take(reader)
                 if message is None:
-                    if broadcast.ended:
+                    if broadcast.ended or reader.detached:
+                        # Detached: this client lagged the others by too much; its
+                        # response ends here, incomplete, and the server closes it.
                         return
                     await broadcast.changed().wait()
                     continue

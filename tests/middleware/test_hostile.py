@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
 from collections import Counter
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from asyncache import DecisionCache, MemoryStore
 from asyncache.middleware import DecisionCacheMiddleware
 
+from ..support import until
 from . import serving
 
 PLAIN = b'{"label":"positive","score":0.97}'
@@ -30,6 +32,8 @@ class GzippingApp:
         self.calls = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # hypercorn's lifespan
+            return
         self.calls += 1
         while (await receive()).get("more_body", False):
             pass
@@ -151,4 +155,83 @@ async def test_cheap_runs_of_other_inputs_do_not_shorten_a_slow_inputs_follower_
     assert [answer.status_code for answer in burst] == [200] * 10
     assert app.runs[b'{"slow":1}'] == 1
     assert cache.stats()["coalesce_timeouts"] == 0
+    await cache.aclose()
+
+
+BIG = 8 * 1024 * 1024
+CHUNK = 64 * 1024
+
+
+class BigStreamApp:
+    """Streams ``BIG`` bytes in ``CHUNK``s once ``go`` is set (after its start message)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.go = asyncio.Event()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # hypercorn's lifespan
+            return
+        self.calls += 1
+        while (await receive()).get("more_body", False):
+            pass
+        headers = [(b"content-type", b"application/octet-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self.go.wait()
+        chunk = b"x" * CHUNK
+        for _ in range(BIG // CHUNK - 1):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": chunk})
+
+
+@pytest.mark.parametrize("silent", ["leads", "follows"])
+@pytest.mark.parametrize("server", ["h11", "httptools", "hypercorn"])
+async def test_a_client_that_never_reads_is_detached_and_the_others_finish(
+    server: str, silent: str
+) -> None:
+    # Both readers of an 8 MiB stream were still incomplete after 15 s beside a socket
+    # that never read (the stream was paced by its slowest reader).
+    app = BigStreamApp()
+    cache = DecisionCache(MemoryStore())
+    middleware = DecisionCacheMiddleware(app, cache=cache)
+    body = b'{"x":1}'
+    loop = asyncio.get_running_loop()
+    silent_socket = socket.socket()
+    silent_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    silent_socket.setblocking(False)
+    async with serving(middleware, server) as url, httpx.AsyncClient(timeout=60) as client:
+        host, port = url.removeprefix("http://").split(":")
+
+        async def read() -> int:
+            headers = {"content-type": "application/json"}
+            async with client.stream("POST", url + "/", content=body, headers=headers) as answer:
+                return sum([len(chunk) async for chunk in answer.aiter_raw()])
+
+        async def never_read() -> None:
+            await loop.sock_connect(silent_socket, (host, int(port)))
+            request = (
+                b"POST / HTTP/1.1\r\nhost: %s:%s\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (host.encode(), port.encode(), len(body), body)
+            )
+            await loop.sock_sendall(silent_socket, request)
+
+        try:
+            readers = []
+            if silent == "leads":
+                await never_read()
+                await until(lambda: app.calls == 1, "the silent client's run started")
+            readers.append(asyncio.create_task(read()))
+            if silent == "follows":
+                await until(lambda: app.calls == 1, "the run started")
+                await never_read()
+            await until(lambda: cache.stats()["coalesced"] == 1, "two requests share the run")
+            readers.append(asyncio.create_task(read()))
+            await until(lambda: cache.stats()["coalesced"] == 2, "three requests share the run")
+            app.go.set()
+            # A hang guard, not a timing claim: before, no reader ever finished.
+            got = await asyncio.wait_for(asyncio.gather(*readers), 60)
+        finally:
+            silent_socket.close()
+    assert got == [BIG, BIG]
+    assert app.calls == 1
     await cache.aclose()
