@@ -235,3 +235,64 @@ async def test_a_client_that_never_reads_is_detached_and_the_others_finish(
     assert got == [BIG, BIG]
     assert app.calls == 1
     await cache.aclose()
+
+
+class BodyReadingApp:
+    """Reads every request body to its end, counting the requests that reached it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.bodies: list[int] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.calls += 1
+        size = 0
+        while True:
+            message = await receive()
+            size += len(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        self.bodies.append(size)
+        if message["type"] == "http.request":
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b'{"size":%d}' % size})
+
+
+DECLARED, SENT, STALLED = 1_000_000, 900_000, 6
+
+
+@pytest.mark.parametrize("server", ["h11", "httptools"])
+async def test_bodies_held_while_they_arrive_are_bounded_across_connections(
+    server: str,
+) -> None:
+    # 150 connections that declared 1,000,000 bytes and stalled after 900,000 held
+    # +130 MiB: each connection's body was bounded, not all of them together.
+    app = BodyReadingApp()
+    cache = DecisionCache(MemoryStore())
+    middleware = DecisionCacheMiddleware(app, cache=cache, max_held_body_bytes=2 * SENT)
+    loop = asyncio.get_running_loop()
+    sockets = [socket.socket() for _ in range(STALLED)]
+    async with serving(middleware, server) as url:
+        host, port = url.removeprefix("http://").split(":")
+        try:
+            for stalled in sockets:
+                stalled.setblocking(False)
+                await loop.sock_connect(stalled, (host, int(port)))
+                head = (
+                    b"POST / HTTP/1.1\r\nhost: %s:%s\r\ncontent-type: application/octet-stream"
+                    b"\r\ncontent-length: %d\r\n\r\n" % (host.encode(), port.encode(), DECLARED)
+                )
+                await loop.sock_sendall(stalled, head + b"\0" * SENT)
+            # The middleware holds at most two of them; the others reach the app, which
+            # waits for the rest of its body as it would without the middleware.
+            await until(lambda: app.calls == STALLED - 2, "the bodies past the budget bypass")
+            assert middleware.stats.bypass_reasons == {"body_budget": STALLED - 2}
+            assert middleware._bodies.held <= 2 * SENT
+        finally:
+            for stalled in sockets:
+                stalled.close()
+        await until(lambda: middleware._bodies.held == 0, "the budget is given back")
+    await cache.aclose()
