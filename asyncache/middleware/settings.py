@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,7 +83,7 @@ class RunTimes:
         if slow is None:
             return 0.0
         seconds, when = slow
-        return seconds * 0.5 ** ((now - when) / SLOW_HALF_LIFE)
+        return seconds * math.pow(0.5, (now - when) / SLOW_HALF_LIFE)
 
     def wait(self, route: str, limit: float | None) -> float | None:
         """How long a follower of a run of ``route`` waits for its answer to start.
