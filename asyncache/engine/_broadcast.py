@@ -16,8 +16,9 @@ its one socket; when no reader is left, ``push`` raises ``OSError``, as a
 server's ``send`` does once the client went away. With a ``lag_limit`` (the
 middleware's: one client's socket must not hold up the others), a stream that
 others follow is paced by its fastest reader instead, and a reader that falls
-more than ``lag_limit`` bytes behind it is detached (``Reader.detached``): the
-pieces it did not take are not kept for it, and it gets no more.
+more than ``lag_limit`` bytes (or ``max_pieces`` pieces) behind it is detached
+(``Reader.detached``): the pieces it did not take are not kept for it, and it
+gets no more.
 
 What a piece is, which pieces pace the producer and which one ends the stream
 is the door's ``Framing``: the middleware's frames ASGI messages, the
@@ -261,12 +262,16 @@ class Broadcast:
             await self._changed.wait()
 
     def _detach_laggards(self, highest: int) -> None:
-        """Detach the readers more than ``lag_limit`` bytes behind the one at ``highest``."""
+        """Detach the readers more than ``lag_limit`` bytes (or ``max_pieces`` pieces: empty
+        ones weigh nothing, yet are kept) behind the one at ``highest``."""
         assert self.lag_limit is not None
         ahead = self._offset(highest)
         detached = False
         for reader in self.readers:
-            if reader.active and ahead - self._offset(reader.position) > self.lag_limit:
+            if reader.active and (
+                ahead - self._offset(reader.position) > self.lag_limit
+                or highest - reader.position > self.max_pieces
+            ):
                 reader.active = False
                 reader.detached = True
                 detached = True
