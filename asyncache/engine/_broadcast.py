@@ -122,7 +122,8 @@ class Broadcast:
     ) -> None:
         self.messages: list[Any] = []
         self.starts: list[int] = []
-        """The bytes pushed before each of ``messages``: how far behind a reader is."""
+        """The bytes pushed before each of ``messages``: how far behind a reader is
+        (kept with a ``lag_limit`` only)."""
         self.lag_limit = lag_limit
         self.base = 0
         """The index of ``messages[0]`` among all the messages of the run."""
@@ -224,7 +225,8 @@ class Broadcast:
                 self.overflow = "pieces"
                 self.stop_keeping()
         framing = self.framing
-        self.starts.append(self.size - size)
+        if self.lag_limit is not None:
+            self.starts.append(self.size - size)
         self.messages.append(message)
         if framing.final(message):
             self.complete = True
