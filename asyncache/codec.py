@@ -46,6 +46,7 @@ __all__ = [
     "PLAIN_HEADER",
     "Decoded",
     "ErrorRecord",
+    "InflatesPastCap",
     "decode",
     "decode_envelope",
     "encode",
@@ -99,6 +100,10 @@ class Decoded(NamedTuple):
     def windows(self) -> float:
         """Seconds the entry is kept past its ttl: both stale windows together."""
         return self.stale_while_revalidate + self.stale_if_error
+
+
+class InflatesPastCap(ValueError):
+    """Raised by ``encode``: the value would compress, but inflate past ``max_size`` when read."""
 
 
 class _NeedsTags(Exception):
@@ -212,6 +217,7 @@ def encode(
     namespace: str | None = None,
     windows: tuple[float, float] | None = None,
     error: ErrorRecord | None = None,
+    max_size: int | None = None,
 ) -> bytes:
     """Encode one decision into the envelope (``namespace``, when given, as ``"n"``).
 
@@ -219,8 +225,13 @@ def encode(
     is not zero) is written as ``"w"``; ``error`` (a cached exception,
     ``result`` being ``None``) as ``"x"``.
 
+    ``max_size`` is the read cap (``decode``'s): a body that would be
+    compressed and inflate past it is refused here, since every read would
+    refuse it as a decompression bomb.
+
     Raises:
         TypeError: ``result`` (or ``error``) holds a value that cannot be stored exactly.
+        InflatesPastCap: the compressed body would inflate past ``max_size``.
     """
     header = _FORMAT
     envelope = {"v": result, "t": ttl, "c": created_at, "d": compute_seconds}
@@ -251,6 +262,11 @@ def encode(
     if len(body) >= _COMPRESS_FROM:
         packed = zlib.compress(body, 6)
         if len(packed) < len(body):
+            if max_size is not None and len(body) > max_size:
+                raise InflatesPastCap(
+                    f"the value compresses to {len(packed)} bytes but inflates to "
+                    f"{len(body)}, past the read cap of {max_size}"
+                )
             body = packed
             header |= _ZLIB
     if secret is not None:

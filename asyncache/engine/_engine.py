@@ -42,7 +42,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from ..codec import Decoded, decode, encode
+from ..codec import Decoded, InflatesPastCap, decode, encode
 from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
 from ..keys import canonical
 from ..stats import CacheStats, RateLimitedLog
@@ -1009,7 +1009,12 @@ class Engine:
                 secret=self.secret,
                 namespace=self.namespace,
                 windows=windows,
+                max_size=self.max_decoded_bytes,
             )
+        except InflatesPastCap as exc:
+            # Stored, it would be refused on every read as a decompression bomb.
+            self._too_large(key, str(exc))
+            return None
         except (TypeError, ValueError) as exc:
             self.stats.unencodable += 1
             kind = type(result).__qualname__
@@ -1025,16 +1030,25 @@ class Engine:
                 )
             return None
         if len(value) > self.max_entry_bytes:
-            self.stats.too_large += 1
-            if self.mode == "record":
-                raise StoreError(
-                    f"record: the decision for key {key.hex()} encodes to {len(value)} bytes, "
-                    f"over max_entry_bytes={self.max_entry_bytes}; the recording is incomplete"
-                )
+            self._too_large(
+                key, f"encodes to {len(value)} bytes, over max_entry_bytes={self.max_entry_bytes}"
+            )
             return None
         if ttl is None:
             return value, None
         return value, now + ttl + (0.0 if windows is None else windows[0] + windows[1])
+
+    def _too_large(self, key: bytes, why: str) -> None:
+        """Count a decision too large to keep.
+
+        Raises:
+            StoreError: in record mode, where a recording without it is incomplete.
+        """
+        self.stats.too_large += 1
+        if self.mode == "record":
+            raise StoreError(
+                f"record: the decision for key {key.hex()} {why}; the recording is incomplete"
+            )
 
     def winner(self, key: bytes, value: bytes, entry: Entry | None, result: Any) -> Any:
         """What every caller of a flight receives once its ``add`` returned ``entry``."""
