@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import errno
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
-from asyncache import DecisionCache, cached_prediction
+from asyncache import DecisionCache, MemoryStore, cached_prediction
+from asyncache.codec import PLAIN_HEADER
 from asyncache.stores import DecisionStore
 
 from ..stores.test_contract import store_of
@@ -190,3 +193,18 @@ async def test_another_cache_never_deletes_a_cached_error_it_does_not_list(
     assert lists.stats()["corrupt"] == 0 and lists_not.stats()["corrupt"] == 0
     await lists_not.aclose()
     await lists.aclose()
+
+
+async def test_an_error_cached_by_an_older_version_reads_as_its_message() -> None:
+    # Older versions wrote "x" as [type, message]: the listed type, called with it.
+    store = MemoryStore()
+    cache = DecisionCache(store, cache_errors=LISTED, store_timeout=30)
+    runs: list[int] = []
+    predict = _predict(cache, ValueError("new"), runs)
+    body = {"v": None, "t": 60, "c": time.time(), "d": 0.0, "x": ["builtins.ValueError", "old"]}
+    key: bytes = predict.key(1)  # type: ignore[attr-defined]
+    await store.add(key, bytes((PLAIN_HEADER,)) + orjson.dumps(body), time.time() + 60)
+    with pytest.raises(ValueError) as seen:
+        await predict(1)
+    assert seen.value.args == ("old",) and not runs
+    await cache.aclose()
