@@ -225,9 +225,10 @@ def _listed_type(name: str, listed: tuple[type[BaseException], ...]) -> type[Bas
 
 
 def _rebuilt(kind: type[BaseException], stored: ErrorRecord) -> BaseException:
-    """An exception of ``kind`` made again from its args and attributes, as ``pickle``
-    would: the type called with its args, or (a constructor that will not take them
-    back, such as one of two arguments that passes one message on) made without it."""
+    """An exception of ``kind`` made again from its args and attributes: the type called
+    with its args, as ``pickle`` does, or, where the constructor will not take them back
+    (one of two arguments that passes one message on, which ``pickle`` cannot remake),
+    made without calling it; then its attributes set (``__setstate__``)."""
     try:
         error = kind(*stored.args)
     except Exception:
