@@ -303,11 +303,11 @@ class DecisionCacheMiddleware:
         if received:
             read = await read_body(receive, self.max_body_bytes, *received, budget=self._bodies)
             if read.body is None:
+                # What was read is the app's now (read.replay): kept here, it would stay
+                # for as long as the request.
+                del message, body, received
                 replay_receive = BodyReplay(read.replay, receive)
-                reason = read.reason or "body_incomplete"
-                # What was read is the app's now: kept here, it would stay for the request.
-                del message, body, received, read
-                await self._bypass(scope, replay_receive, send, reason)
+                await self._bypass(scope, replay_receive, send, read.reason or "body_incomplete")
                 return
             body, replay = read.body, read.replay
         key = None
