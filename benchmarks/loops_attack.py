@@ -75,8 +75,10 @@ def main() -> None:
     started = time.perf_counter()
     made, errors = attack(options.threads, options.calls, options.keys, options.max_entries)
     seconds = time.perf_counter() - started
-    print(f"{made:,} calls over {options.threads} loops in {seconds:.1f} s: "
-          f"{sum(errors.values())} errors")
+    print(
+        f"{made:,} calls over {options.threads} loops in {seconds:.1f} s: "
+        f"{sum(errors.values())} errors"
+    )
     for text, count in sorted(errors.items(), key=lambda item: -item[1]):
         print(f"  {count:6d}  {text}")
 
