@@ -105,14 +105,21 @@ class DecisionCacheMiddleware:
             longer than ``coalesce_timeout``.
         fingerprint: the model's fingerprint for these routes; the cache's by default.
         status_header: the response header saying what happened
-            (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``); ``None`` for none.
+            (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``). ``None``
+            is the switch for clients that must not learn what the cache did:
+            no response then tells a hit from a run (no status header, no
+            ``Server-Timing``, no ``Age`` on hits), unless ``cache_status`` or
+            ``server_timing=True`` asks for one by name.
         cache_status: add an RFC 9211 ``Cache-Status`` header; ``True`` names
             this cache ``asyncache``, a string names it so.
         server_timing: add a W3C ``Server-Timing`` header,
             ``cache;desc=hit;dur=0.041``: the outcome, and the milliseconds from
             the request reaching the middleware to its response starting (for a
             miss, the app's time included). Browsers' developer tools and load
-            generators show it beside the round trip.
+            generators show it beside the round trip. ``None`` (the default):
+            on, unless ``status_header`` is ``None``; without a status header
+            the timing names no outcome (``cache;dur=...``), though a hit's
+            duration still tells it apart.
         on_hit: ``on_hit(asgi_scope)`` runs before a stored (or shared) answer is
             sent, to meter or authorize it (sync or async). ``False`` (or an
             exception) sends the request to the app instead.
@@ -160,7 +167,7 @@ class DecisionCacheMiddleware:
         fingerprint: str | Mapping[str, Any] | None = None,
         status_header: str | None = "X-Cache",
         cache_status: bool | str = False,
-        server_timing: bool = True,
+        server_timing: bool | None = None,
         on_hit: OnHit | None = None,
         audit: bool = False,
         forwarding: str = "bypass",
@@ -196,12 +203,15 @@ class DecisionCacheMiddleware:
         )
         self._scope_fn = scope
         self._headers = StatusHeaders(status_header, cache_status)
-        self._server_timing = server_timing
+        # status_header=None: the one switch that keeps outcomes from clients (docs/security.md).
+        self._server_timing = status_header is not None if server_timing is None else server_timing
         hit_headers = self._headers.for_outcome("hit")
         # What this middleware's hits make of a stored answer (hit_now's made): its
         # replay, with this middleware's hit headers already joined to the stored ones.
-        self._ready = replay_maker(hit_headers, head=False)
-        self._ready_for_head = replay_maker(hit_headers, head=True)
+        self._hit_desc = b"hit" if self._headers.status_name is not None else None
+        ages = self._headers.ages
+        self._ready = replay_maker(hit_headers, head=False, ages=ages)
+        self._ready_for_head = replay_maker(hit_headers, head=True, ages=ages)
         self._on_hit = on_hit
         self._settings = ExchangeSettings(
             app=app,
@@ -333,7 +343,8 @@ class DecisionCacheMiddleware:
             # Fresh messages (what is in front may change them), from the replay's parts.
             headers = value.hit_start()
             if client_send is not send:
-                headers.append(timing_header(b"hit", started))
+                # Named only where the status header names outcomes (as TimedSend does).
+                headers.append(timing_header(self._hit_desc, started))
             await client_send(
                 {"type": "http.response.start", "status": value.status, "headers": headers}
             )

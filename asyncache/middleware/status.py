@@ -24,9 +24,12 @@ class StatusHeaders:
     Attributes:
         names: the header names written here, lowercased: never stored, since
             a hit writes fresh ones.
+        ages: whether hits say their ``Age`` (RFC 9111 5.1): not when no
+            outcome is named (``status_header=None`` without ``cache_status``),
+            since a hit's age says when someone else asked.
     """
 
-    __slots__ = ("_cache_name", "_memo", "_status_name", "names")
+    __slots__ = ("_cache_name", "_memo", "_status_name", "ages", "names")
 
     @property
     def status_name(self) -> bytes | None:
@@ -45,6 +48,7 @@ class StatusHeaders:
             name for name in (self._status_name, b"cache-status") if name is not None
         )
         self._memo: dict[str, FixedHeaders] = {}
+        self.ages = self._status_name is not None or self._cache_name is not None
 
     def for_outcome(self, outcome: str, reason: str | None = None) -> FixedHeaders:
         """The headers of one outcome (``hit``, ``stale``, ``miss``, ``shared``, ``bypass``,
