@@ -225,8 +225,8 @@ class Exchange:
             await self.bypass("on_hit")
             return
         settings.stats.outcomes[outcome] += 1
-        headers = settings.headers
-        start, body = replay.messages(headers.for_outcome(outcome, reason or None), age=headers.ages)
+        named = settings.headers
+        start, body = replay.messages(named.for_outcome(outcome, reason or None), age=named.ages)
         await self.send(start)
         await self.send(body)
 
