@@ -253,16 +253,14 @@ class DecisionCacheMiddleware:
             scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "route"))
             await self.app(scope, receive, send)
             return
-        if self._server_timing:
-            # The client's send: a hit answered below adds its timing itself (no wrapper).
-            client_send, send = send, TimedSend(send, started, self._headers.status_name)
-        else:
-            client_send = send
+        # The client's send is wrapped to add Server-Timing (_timed) only where the answer
+        # is not a hit answered below, which adds its own: a hit makes no wrapper.
         engine = self._engine
         if not engine.enabled:
             self.stats.outcomes["disabled"] += 1
             engine.stats.bypassed += 1
-            await self.app(scope, receive, self._headers.tagged(send, "disabled"))
+            timed = self._timed(send, started)
+            await self.app(scope, receive, self._headers.tagged(timed, "disabled"))
             return
         headers = scope.get("headers", ())
         try:
@@ -273,7 +271,7 @@ class DecisionCacheMiddleware:
         if head is None:
             head = self._heads.read(headers)
         if head.refusal is not None:  # body_too_large (by its Content-Length) among them
-            await self._bypass(scope, receive, send, head.refusal)
+            await self._bypass(scope, receive, self._timed(send, started), head.refusal)
             return
         principal: Any = None
         if self._scope_fn is not None:
@@ -283,10 +281,10 @@ class DecisionCacheMiddleware:
                     principal = await principal
             except Exception as exc:
                 _log.warning("scope", "asyncache: the scope function raised %r; bypassing", exc)
-                await self._bypass(scope, receive, send, "scope_error")
+                await self._bypass(scope, receive, self._timed(send, started), "scope_error")
                 return
         if head.credentials and principal is None:
-            await self._bypass(scope, receive, send, "credentials")
+            await self._bypass(scope, receive, self._timed(send, started), "credentials")
             return
         message = await receive()
         body = message.get("body", b"")
@@ -303,7 +301,8 @@ class DecisionCacheMiddleware:
             read = await read_body(receive, self.max_body_bytes, *received)
             if read.body is None:
                 replay_receive = BodyReplay(read.replay, receive)
-                await self._bypass(scope, replay_receive, send, read.reason or "body_incomplete")
+                reason = read.reason or "body_incomplete"
+                await self._bypass(scope, replay_receive, self._timed(send, started), reason)
                 return
             body, replay = read.body, read.replay
         key = None
@@ -333,7 +332,10 @@ class DecisionCacheMiddleware:
             # Only a scope function's exotic return value gets here: the body is JSON or bytes.
             _log.warning("key", "asyncache: the request cannot be keyed (%s); bypassing", exc)
             await self._bypass(
-                scope, BodyReplay(replay or whole_body(message, body), receive), send, "unkeyable"
+                scope,
+                BodyReplay(replay or whole_body(message, body), receive),
+                self._timed(send, started),
+                "unkeyable",
             )
             return
         # A hit on an entry in memory: answered now, from the replay made on its first hit.
@@ -342,16 +344,13 @@ class DecisionCacheMiddleware:
             self.stats.outcomes["hit"] += 1
             # Fresh messages (what is in front may change them), from the replay's parts.
             headers = value.hit_start()
-            if client_send is not send:
+            if self._server_timing:
                 # Named only where the status header names outcomes (as TimedSend does).
                 headers.append(timing_header(self._hit_desc, started))
-            await client_send(
-                {"type": "http.response.start", "status": value.status, "headers": headers}
-            )
-            await client_send(
-                {"type": "http.response.body", "body": value.body, "more_body": False}
-            )
+            await send({"type": "http.response.start", "status": value.status, "headers": headers})
+            await send({"type": "http.response.body", "body": value.body, "more_body": False})
             return
+        send = self._timed(send, started)
         exchange = Exchange(
             self._settings,
             scope,
@@ -370,6 +369,12 @@ class DecisionCacheMiddleware:
             # What this run stores counts against its scope's budget in a memory store.
             with entries_of(principal):
                 await exchange.run()
+
+    def _timed(self, send: Send, started: float) -> Send:
+        """The client's ``send``, adding ``Server-Timing`` when this middleware does."""
+        if self._server_timing:
+            return TimedSend(send, started, self._headers.status_name)
+        return send
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         if self._engine.mode == "replay":

@@ -113,16 +113,37 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
     return member.encode("latin-1")
 
 
+# Durations under this many microseconds (every hit in memory) have their headers
+# made once per outcome and duration: formatting a float costs a hit more than reading.
+_MADE_US = 1000
+_made: dict[bytes | None, list[tuple[bytes, bytes] | None]] = {}
+
+
+def _timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
+    ms, fraction = divmod(us, 1000)
+    if outcome is None:
+        return (b"server-timing", b"cache;dur=%d.%03d" % (ms, fraction))
+    return (b"server-timing", b"cache;desc=%s;dur=%d.%03d" % (outcome, ms, fraction))
+
+
 def timing_header(outcome: bytes | None, started: float) -> tuple[bytes, bytes]:
     """A ``Server-Timing`` header: ``cache;desc=<outcome>;dur=<ms since started>``.
 
     ``dur`` is in milliseconds, as the W3C spec has it, with microseconds shown:
     a hit takes tens of them, and a whole millisecond would read as zero.
     """
-    ms = (perf_counter() - started) * 1000
-    if outcome is None:
-        return (b"server-timing", b"cache;dur=%.3f" % ms)
-    return (b"server-timing", b"cache;desc=%s;dur=%.3f" % (outcome, ms))
+    us = int((perf_counter() - started) * 1_000_000)
+    if us >= _MADE_US:
+        return _timing(outcome, us)
+    made = _made.get(outcome)
+    if made is None:
+        if len(_made) >= 64:  # outcomes are a handful of words; never a memory to grow
+            return _timing(outcome, us)
+        made = _made.setdefault(outcome, [None] * _MADE_US)
+    header = made[us]
+    if header is None:
+        header = made[us] = _timing(outcome, us)
+    return header
 
 
 class TimedSend:
