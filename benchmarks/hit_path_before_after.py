@@ -317,6 +317,7 @@ def main() -> None:
                 {
                     "title": "The hit path before and after",
                     "command": command,
+                    "columns": list(rows[0]),
                     "rows": rows,
                     "notes": notes,
                 },
