@@ -113,10 +113,13 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
     return member.encode("latin-1")
 
 
-# Durations under this many microseconds (every hit in memory) have their headers
-# made once per outcome and duration: formatting a float costs a hit more than reading.
+# A hit's durations under this many microseconds (every hit in memory) have their
+# headers made once each: formatting a float costs a hit more than finding its answer.
 _MADE_US = 1000
-_made: dict[bytes | None, list[tuple[bytes, bytes] | None]] = {}
+_made: dict[bytes | None, list[tuple[bytes, bytes] | None]] = {
+    b"hit": [None] * _MADE_US,
+    None: [None] * _MADE_US,  # a hit where no outcome is named
+}
 
 
 def _timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
@@ -133,13 +136,9 @@ def timing_header(outcome: bytes | None, started: float) -> tuple[bytes, bytes]:
     a hit takes tens of them, and a whole millisecond would read as zero.
     """
     us = int((perf_counter() - started) * 1_000_000)
-    if us >= _MADE_US:
-        return _timing(outcome, us)
     made = _made.get(outcome)
-    if made is None:
-        if len(_made) >= 64:  # outcomes are a handful of words; never a memory to grow
-            return _timing(outcome, us)
-        made = _made.setdefault(outcome, [None] * _MADE_US)
+    if made is None or us >= _MADE_US:
+        return _timing(outcome, us)
     header = made[us]
     if header is None:
         header = made[us] = _timing(outcome, us)
