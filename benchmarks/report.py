@@ -55,6 +55,7 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ),
     ("stores", "Stores: SQLite, Redis, tiered, beside raw drivers and peers"),
     ("middleware", "The ASGI middleware, beside bare routes and fastapi-cache2"),
+    ("middleware_timing", "The middleware's hit with its default settings, before and after"),
     ("models", "Models: MiniLM misses and hits, batching, offload"),
     ("backend_sharing", "One cache for every backend"),
     ("fleet", "Fleet: a hot-key burst across processes, leases off and on"),
@@ -78,6 +79,7 @@ SCRIPT_ARGS: dict[str, list[str]] = {
     "fleet_watch": ["--both-modes", "--rate", "300"],
     # "Before": the commit the hit-path work (issues 31 and 33) started from.
     "hit_path_before_after": ["--before-ref", "cf49116"],
+    "middleware_timing": ["--before-ref", "cf49116"],
 }
 
 SIZES = (140, 2_000, 20_000)
