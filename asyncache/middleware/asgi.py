@@ -256,7 +256,7 @@ class DecisionCacheMiddleware:
         # The client's send is wrapped to add Server-Timing (_timed) only where the answer
         # is not a hit answered below, which adds its own: a hit makes no wrapper.
         engine = self._engine
-        if not engine.enabled:
+        if engine.mode == "off":  # not enabled (the property, without its call)
             self.stats.outcomes["disabled"] += 1
             engine.stats.bypassed += 1
             timed = self._timed(send, started)
