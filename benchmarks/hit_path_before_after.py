@@ -240,36 +240,47 @@ def table(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]
                 }
             )
     old, new = before["miss"], after["miss"]
-    rows.append(
-        {
-            "measure": "miss of an instant model, coalescing on (cost over the model)",
-            "before_us": round(old["on_us"], 1),
-            "before_vs_async_lru": "-",
-            "after_us": round(new["on_us"], 1),
-            "after_vs_async_lru": "-",
-            "target": f"<= {COALESCED_TARGET_US:g} us",
-            "met": "yes" if new["on_us"] <= COALESCED_TARGET_US else "NO",
-        }
-    )
-    rows.append(
-        {
-            "measure": "what coalescing adds to that miss",
-            "before_us": round(old["extra_us"], 1),
-            "before_vs_async_lru": "-",
-            "after_us": round(new["extra_us"], 1),
-            "after_vs_async_lru": "-",
-            "target": "-",
-            "met": "-",
-        }
-    )
+    misses = {
+        "miss of an instant model, coalescing on (cost over the model)": (
+            "on_us",
+            COALESCED_TARGET_US,
+        ),
+        "what coalescing adds to that miss": ("extra_us", None),
+    }
+    for measure, (field, most) in misses.items():
+        rows.append(
+            {
+                "measure": measure,
+                "before_us": round(old[field], 1),
+                "before_vs_async_lru": "-",
+                "after_us": round(new[field], 1),
+                "after_vs_async_lru": "-",
+                "target": "-" if most is None else f"<= {most:g} us",
+                "met": "-" if most is None else ("yes" if new[field] <= most else "NO"),
+            }
+        )
     return rows
+
+
+def before_options(parser: argparse.ArgumentParser) -> None:
+    """``--before`` (a checkout) or ``--before-ref`` (a ref of this repository)."""
+    side = parser.add_mutually_exclusive_group()
+    side.add_argument("--before", type=Path, help="a checkout whose asyncache is 'before'")
+    side.add_argument("--before-ref", help="a git ref of this repository: 'before' (git archive)")
+
+
+def before_tree(args: argparse.Namespace, scratch: Path) -> tuple[Path, str]:
+    """The 'before' checkout ``before_options`` named (unpacked under ``scratch``), and
+    how the command line said it."""
+    if args.before is not None:
+        return args.before.resolve(), f"--before {args.before}"
+    ref = args.before_ref or "main"
+    return checkout_of_ref(ref, scratch), f"--before-ref {ref}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    side = parser.add_mutually_exclusive_group()
-    side.add_argument("--before", type=Path, help="a checkout whose asyncache is 'before'")
-    side.add_argument("--before-ref", help="a git ref of this repository: 'before' (git archive)")
+    before_options(parser)
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--processes", type=int, default=3, help="processes per side")
@@ -285,16 +296,12 @@ def main() -> None:
     if args.quick:
         args.number, args.rounds, args.misses, args.processes = 2_000, 3, 500, 1
     with tempfile.TemporaryDirectory() as scratch:
-        if args.before is not None:
-            before_tree, said = args.before.resolve(), f"--before {args.before}"
-        else:
-            ref = args.before_ref or "main"
-            before_tree, said = checkout_of_ref(ref, Path(scratch)), f"--before-ref {ref}"
+        before, said = before_tree(args, Path(scratch))
         runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         for index in range(args.processes):
             order = ("before", "after") if index % 2 == 0 else ("after", "before")
             for name in order:
-                tree = before_tree if name == "before" else ROOT
+                tree = before if name == "before" else ROOT
                 runs[name].append(run_side(tree, args))
         rows = table(merged(runs["before"]), merged(runs["after"]))
     command = f"python benchmarks/hit_path_before_after.py {said}" + " --quick" * args.quick

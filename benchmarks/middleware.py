@@ -576,6 +576,27 @@ def side_by_side(
     return ratios
 
 
+def ratio_head(described: str) -> None:
+    """Prints a side-by-side table's description and head (``ratio_row`` prints its rows)."""
+    print(described)
+    print()
+    print("| app | server | median ratio | lowest | highest |")
+    print("|---|---|---:|---:|---:|")
+
+
+def ratio_row(label: str, software: str, values: list[float]) -> dict[str, Any]:
+    """One side-by-side row (the rounds' ratios ``values``), printed, for the JSON table."""
+    middle, low, high = statistics.median(values), min(values), max(values)
+    print(f"| {label} | {software} | {middle:.3f}x | {low:.3f}x | {high:.3f}x |")
+    return {
+        "app": label,
+        "server": software,
+        "median_ratio": round(middle, 3),
+        "lowest": round(low, 3),
+        "highest": round(high, 3),
+    }
+
+
 def _without_timing(
     answered: tuple[int, list[tuple[str, str]], bytes],
 ) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -629,10 +650,7 @@ def timing_side_by_side(seconds: int, rounds: int, before: Path | None) -> dict[
     for name, micros in inside.items():
         print(f"- hit, {name}: {micros:.2f} us")
     print()
-    print(described)
-    print()
-    print("| app | server | median ratio | lowest | highest |")
-    print("|---|---|---:|---:|---:|")
+    ratio_head(described)
     rows = []
     for software in softwares:
         ratios = side_by_side(software, seconds, rounds, 32, kinds, before)
@@ -642,17 +660,7 @@ def timing_side_by_side(seconds: int, rounds: int, before: Path | None) -> dict[
             )
             if kind.split()[0] == "starlette+asyncache":
                 label = label.replace("hit", "hit, server_timing=False", 1)
-            middle, low, high = statistics.median(values), min(values), max(values)
-            print(f"| {label} | {software} | {middle:.3f}x | {low:.3f}x | {high:.3f}x |")
-            rows.append(
-                {
-                    "app": label,
-                    "server": software,
-                    "median_ratio": round(middle, 3),
-                    "lowest": round(low, 3),
-                    "highest": round(high, 3),
-                }
-            )
+            rows.append(ratio_row(label, software, values))
         derived = {
             "Server-Timing's share kept (default settings / server_timing=False, per round)": [
                 on / off
@@ -670,17 +678,7 @@ def timing_side_by_side(seconds: int, rounds: int, before: Path | None) -> dict[
             ],
         }
         for label, values in derived.items():
-            middle, low, high = statistics.median(values), min(values), max(values)
-            print(f"| {label} | {software} | {middle:.3f}x | {low:.3f}x | {high:.3f}x |")
-            rows.append(
-                {
-                    "app": label,
-                    "server": software,
-                    "median_ratio": round(middle, 3),
-                    "lowest": round(low, 3),
-                    "highest": round(high, 3),
-                }
-            )
+            rows.append(ratio_row(label, software, values))
     return {
         "description": described,
         "rows": rows,
@@ -703,10 +701,7 @@ def side_by_side_table(report: dict[str, Any], seconds: int, rounds: int) -> dic
         f"over the constant response's in that round"
     )
     print()
-    print(described)
-    print()
-    print("| app | server | median ratio | lowest | highest |")
-    print("|---|---|---:|---:|---:|")
+    ratio_head(described)
     rows = []
     for software in softwares:
         ratios = side_by_side(software, seconds, rounds, connections=32)
@@ -715,17 +710,7 @@ def side_by_side_table(report: dict[str, Any], seconds: int, rounds: int) -> dic
                 "constant (control)": "second constant response (the control)",
                 "lookup": "one dict lookup by the request (the least a keyed cache does)",
             }.get(kind, f"{kind} (every request a hit)")
-            middle, low, high = statistics.median(values), min(values), max(values)
-            print(f"| {label} | {software} | {middle:.3f}x | {low:.3f}x | {high:.3f}x |")
-            rows.append(
-                {
-                    "app": label,
-                    "server": software,
-                    "median_ratio": round(middle, 3),
-                    "lowest": round(low, 3),
-                    "highest": round(high, 3),
-                }
-            )
+            rows.append(ratio_row(label, software, values))
         hit = statistics.median(ratios["starlette+asyncache"])
         control = statistics.median(ratios["constant (control)"])
         report[f"server_lookup_vs_constant_{software}"] = round(

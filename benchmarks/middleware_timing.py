@@ -20,25 +20,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hit_path_before_after import checkout_of_ref
+from hit_path_before_after import before_options, before_tree
 
 HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    side = parser.add_mutually_exclusive_group()
-    side.add_argument("--before", type=Path, help="a checkout whose asyncache is 'before'")
-    side.add_argument("--before-ref", help="a git ref of this repository: 'before' (git archive)")
+    before_options(parser)
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the rows as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        if args.before is not None:
-            tree, said = args.before.resolve(), f"--before {args.before}"
-        else:
-            ref = args.before_ref or "main"
-            tree, said = checkout_of_ref(ref, Path(scratch)), f"--before-ref {ref}"
+        tree, said = before_tree(args, Path(scratch))
         out = Path(scratch) / "timing.json"
         command = [sys.executable, str(HERE / "middleware.py"), "--timing", "--before", str(tree)]
         command += ["--json", str(out)] + ["--quick"] * args.quick

@@ -37,12 +37,17 @@ INPUTS: list[Any] = [
 ]
 
 
-def test_remembered_keys_are_the_builders_keys() -> None:
+def _keys_as_the_builder(inputs_list: list[Any]) -> RecentKeys:
     builder = KeyBuilder("ns", "model@1")
     recent = RecentKeys(builder)
     for _ in range(3):  # remembered on the first round, found on the others
-        for inputs in INPUTS:
+        for inputs in inputs_list:
             assert recent.key(inputs) == builder.key(inputs), inputs
+    return recent
+
+
+def test_remembered_keys_are_the_builders_keys() -> None:
+    recent = _keys_as_the_builder(INPUTS)
     # None and NaN encode alike in plain JSON; their keys stay apart.
     assert recent.key({"x": None}) != recent.key({"x": math.nan})
 
@@ -202,11 +207,7 @@ LARGE_INPUTS: list[Any] = [
 
 
 def test_large_inputs_key_as_the_builder_keys_them() -> None:
-    builder = KeyBuilder("ns", "model@1")
-    recent = RecentKeys(builder)
-    for _ in range(3):  # remembered on the first round, found on the others
-        for inputs in LARGE_INPUTS:
-            assert recent.key(inputs) == builder.key(inputs), inputs
+    recent = _keys_as_the_builder(LARGE_INPUTS)
     keys = {recent.key(inputs) for inputs in LARGE_INPUTS}
     assert len(keys) == len(LARGE_INPUTS) - 2  # only the tuple and the reordered dict alias
 
