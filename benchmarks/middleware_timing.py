@@ -41,7 +41,8 @@ def main() -> None:
     if args.json:
         inside = table.pop("in_process_us")
         notes = [
-            table.pop("description"),
+            # The unpacked checkout's folder is temporary: name what the command line named.
+            table.pop("description").replace(str(tree), said.split(" ", 1)[1]),
             "In process (raw ASGI calls, best of 7 interleaved rounds), this checkout: "
             + ", ".join(f"hit with {name}: {us:.2f} us" for name, us in inside.items()),
             "Server-Timing's share kept: per round, the default-settings hit's ratio over the "
