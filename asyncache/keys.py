@@ -559,10 +559,11 @@ class RecentKeys:
         Raises:
             TypeError: an input cannot be encoded.
         """
-        if self._large:
+        # "> 0": threads sharing the countdowns may take one below zero.
+        if self._large > 0:
             self._large -= 1
             return self._by_value_key(inputs)
-        if self._skip:
+        if self._skip > 0:
             self._skip -= 1
             return self._builder.key(inputs)
         try:
