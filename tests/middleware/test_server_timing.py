@@ -118,7 +118,7 @@ async def test_hits_say_their_age_where_outcomes_are_named() -> None:
     middleware = DecisionCacheMiddleware(RecordingApp(aged), cache=DecisionCache())
     await call(middleware, body=b"{}")
     hit = await call(middleware, body=b"{}")
-    assert hit.header("age") == "0" and hit.header("x-cache") == "hit"
+    assert (hit.header("age") or "").isdigit() and hit.header("x-cache") == "hit"
     assert timing(hit.header_values("server-timing"))[0] == "hit"
 
 
