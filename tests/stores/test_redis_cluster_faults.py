@@ -486,3 +486,42 @@ async def _until_async(condition: Callable[[], bool]) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition never held"
         await asyncio.sleep(0.05)
+
+
+async def test_a_stalled_primarys_promotion_is_followed_while_it_is_still_stalled(
+    tmp_path: Path,
+) -> None:
+    """A primary that stalls (SIGSTOP, not killed) answers with timeouts: no MOVED, no
+    refused connection, so nothing told the client to learn the topology again, and
+    the stalled node's keys went unserved until it resumed, though its replica had
+    been promoted (issue 33.2: hits back at 15.25 s of a 15 s stall, the promotion
+    at 3.5-4 s). A node that times out makes the client ask the other nodes: its
+    keys are served by the promoted replica while the old primary is still stopped.
+    """
+    async with _failover_cluster(tmp_path) as (store, victim, replica, on, off):
+        client = store.client
+        assert isinstance(client, RedisCluster)
+        with stopped(victim):
+            # The stalled node's keys fail (each a timeout, then at once while it cools).
+            got = await asyncio.gather(*(store.get(k) for k in on), return_exceptions=True)
+            assert all(isinstance(g, StoreError) for g in got)
+            # Its replica is promoted (as the cluster does after cluster-node-timeout;
+            # TAKEOVER, because the stalled primary cannot agree to anything).
+            send_command(replica.port, "CLUSTER", "FAILOVER", "TAKEOVER")
+            await _until_async(lambda: _master_of(replica.port, replica.port))
+            deadline = time.monotonic() + 60  # a hang guard, never a timing assertion
+            while True:
+                assert time.monotonic() < deadline, "the promotion was never followed"
+                got = await asyncio.gather(*(store.get(k) for k in on), return_exceptions=True)
+                if all(not isinstance(g, BaseException) and g is not None for g in got):
+                    break
+                await asyncio.sleep(0.05)
+            # Served by the promoted replica, the old primary still stopped.
+            assert all(g.value == b"v" + k for g, k in zip(got, on, strict=True))  # type: ignore[union-attr]
+            owners = {
+                client.nodes_manager.get_node_from_slot(key_slot(PREFIX.encode() + k)).port
+                for k in on
+            }
+            assert owners == {replica.port}
+            # The other primaries' keys were never lost.
+            assert all(v is not None for v in await store.get_many(off))
