@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,6 +34,7 @@ try:
     from redis.cluster import key_slot  # type: ignore[attr-defined]
 
     from asyncache.stores.redis import RedisStore
+    from asyncache.stores.redis.driver import BACKGROUND_REFRESH
     from asyncache.stores.redis.nodes import NODE_COOLDOWN, NODE_FAILURES
 except ImportError:  # pragma: no cover - depends on the environment
     if IN_CI:
@@ -42,6 +45,21 @@ PREFIX = "faults:"
 # Short, so that a stalled node's reads end soon; the engine's bound is longer,
 # so that what a test sees is the store's own per-node accounting.
 SOCKET_TIMEOUT = 0.5
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_old_clients_leak() -> Iterator[None]:
+    """Collect, without its warnings, what an older cluster client leaks in a stall.
+
+    redis-py before 8.2 replaces a stalled node's objects on a refresh and leaves
+    their busy connections to the garbage collector, which warns (an error under
+    this suite's ``filterwarnings``) in whichever later test it happens to run.
+    """
+    yield
+    if not BACKGROUND_REFRESH:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
 
 
 @pytest.fixture
@@ -105,7 +123,16 @@ async def split_by_node(
 
 KEYS = [b"%016d" % n for n in range(310)]
 
+ISOLATED = pytest.mark.skipif(
+    not BACKGROUND_REFRESH,
+    reason="a healthy node's commands outlast another node's stall from redis-py 8.2 on: "
+    "older cluster clients refresh (5.x: reconnect every node) inside commands "
+    "after a timeout or a lost connection (docs/stores.md)",
+)
+"""The tests of one node's fault leaving the other nodes' commands alone."""
 
+
+@ISOLATED
 async def test_gathered_gets_fail_only_for_the_stalled_node(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -143,6 +170,7 @@ def test_a_lease_key_hashes_to_its_decisions_slot() -> None:
     assert lease_name(b"p:", b"k", cluster=False) == b"p:lease:k"
 
 
+@ISOLATED
 async def test_a_healthy_nodes_get_never_waits_for_a_stalled_nodes_batch(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -166,6 +194,7 @@ async def test_a_healthy_nodes_get_never_waits_for_a_stalled_nodes_batch(
             assert all(isinstance(r, StoreError) for r in results)
 
 
+@ISOLATED
 async def test_gathered_adds_fail_only_for_the_stalled_node(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -274,6 +303,7 @@ async def test_a_stalled_node_fills_only_its_own_in_flight_slots(servers: Server
         await store.aclose()
 
 
+@ISOLATED
 async def test_a_topology_refresh_never_holds_a_healthy_nodes_command(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -298,6 +328,7 @@ async def test_a_topology_refresh_never_holds_a_healthy_nodes_command(
     assert slowest < SOCKET_TIMEOUT / 2, slowest
 
 
+@ISOLATED
 async def test_the_leases_of_a_healthy_primarys_keys_outlive_another_primarys_stall(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -341,6 +372,7 @@ async def test_a_timed_out_command_is_not_retried(servers: Servers, store: Redis
     assert attempts == [f"127.0.0.1:{victim.port}"]
 
 
+@ISOLATED
 async def test_the_cache_keeps_hitting_the_healthy_primaries(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -425,6 +457,7 @@ async def _failover_cluster(tmp_path: Path) -> AsyncIterator[_Failover]:
         cluster.stop()
 
 
+@ISOLATED
 async def test_a_failover_costs_only_the_lost_primarys_keys_and_is_followed(
     tmp_path: Path,
 ) -> None:

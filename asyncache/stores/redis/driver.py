@@ -18,6 +18,9 @@ number, so that a backport or a fork is judged by what it has):
   reconnect there. docs/stores.md says so.
 - Which errors the cluster client retries (``ERRORS_ALLOW_RETRY``): timeouts
   are taken off the list on every release (``Cluster``).
+- Pub/sub on a cluster: the asyncio cluster client has ``pubsub()`` from
+  redis-py 6; on 5.x the store subscribes on one node (``open_pubsub``), which
+  is enough, as a cluster delivers every ``PUBLISH`` to every node.
 - Asking the cluster client for a refresh when a node times out
   (``ask_for_refresh``): the private flag every release checks before a command.
 
@@ -32,6 +35,7 @@ import contextlib
 import inspect
 from typing import Any
 
+from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import ConnectionPool
 from redis.exceptions import ClusterDownError, SlotNotCoveredError
@@ -46,6 +50,7 @@ __all__ = [
     "Cluster",
     "ask_for_refresh",
     "cluster_options",
+    "open_pubsub",
     "refresh_if_due",
     "take_connection",
 ]
@@ -72,6 +77,19 @@ async def take_connection(pool: Any) -> Any:
     if POOL_NEEDS_COMMAND:
         return await pool.get_connection("GET")
     return await pool.get_connection()
+
+
+def open_pubsub(client: Any) -> PubSub:
+    """A pub/sub object on ``client``: its own, or (a 5.x cluster client, which has
+    none) one on the cluster's default node, over a pool of its own that its
+    ``aclose`` disconnects."""
+    own = getattr(client, "pubsub", None)
+    if own is not None:
+        return own()  # type: ignore[no-any-return]
+    node = client.get_default_node()
+    kwargs = dict(node.connection_kwargs)
+    pool = ConnectionPool(connection_class=node.connection_class, max_connections=1, **kwargs)
+    return PubSub(pool)
 
 
 def cluster_options() -> dict[str, Any]:
@@ -119,8 +137,14 @@ class Cluster(RedisCluster):
     _asked_at = float("-inf")
 
     def refresh_soon(self, node: str) -> None:
-        """Refresh the topology in a task of its own, ``node`` asked last, unless one ran
-        less than ``TOPOLOGY_REFRESH`` seconds ago (releases without a bounded rate)."""
+        """Learn the topology in a task of its own, ``node`` asked last, unless that ran
+        less than ``TOPOLOGY_REFRESH`` seconds ago (releases without a bounded rate).
+
+        The nodes manager's own refresh, not the client's ``initialize``: that one
+        holds a lock every command then waits on, and asks the default node (which
+        may be the stalled one) for its command table. Until the new slot map is
+        complete the current one keeps serving.
+        """
         loop = asyncio.get_running_loop()
         refresher = self._refresher
         if loop.time() - self._asked_at < TOPOLOGY_REFRESH or (
@@ -131,8 +155,15 @@ class Cluster(RedisCluster):
         startup = self.nodes_manager.startup_nodes
         if node in startup:
             startup[node] = startup.pop(node)  # the refresh asks the nodes in this order
-        self._initialize = True
-        self._refresher = loop.create_task(self._refresh())
+        self._refresher = loop.create_task(self._learn_slots())
+
+    async def _learn_slots(self) -> None:
+        # Best effort, and bounded: a refresh that fails or hangs is asked for again by
+        # the next failure, once this task has ended.
+        bound = 4 * (self.connection_kwargs.get("socket_timeout") or 1.0)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(bound):
+                await self.nodes_manager.initialize()
 
     async def _refresh(self) -> None:
         self._refreshing = True
