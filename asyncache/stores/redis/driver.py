@@ -7,22 +7,24 @@ number, so that a backport or a fork is judged by what it has):
 
 - ``ConnectionPool.get_connection``: 5.x requires a command name, later
   releases take none (``take_connection``).
-- The cluster client's background topology refresh: releases whose cluster
-  client has ``_initialize_due`` and ``topology_refresh_min_interval``
-  (``BACKGROUND_REFRESH``, redis-py 8.2) learn a new topology in a task of
-  their own, at most every ``TOPOLOGY_REFRESH`` seconds, while the current
-  topology keeps serving. Older ones refresh inside the next command after an
-  error (8.1), or drop every node's connections on a timeout or a lost
-  connection and reconnect on the next command (5.x): each still follows a
-  failover, but a stalled node's timeouts cost the other nodes' commands a
-  reconnect there. docs/stores.md says so.
+- The cluster client's topology refresh: where the cluster client has
+  ``_initialize_due``, ``_request_refresh`` and ``topology_refresh_min_interval``
+  (``BACKGROUND_REFRESH``: redis-py 8.2) a refresh is asked for by flag and
+  runs in a task of the store's own, at most every ``TOPOLOGY_REFRESH``
+  seconds, while the current topology keeps serving. Older releases have no
+  such knob: the store asks the nodes manager itself, in a task of its own, at
+  the same rate, the failed node asked last (``Cluster.refresh_soon``). Their
+  own refreshes still run inside commands after their errors (8.1), and 5.x
+  drops every node's connections on a timeout or a lost connection: there one
+  node's stall or death costs the other nodes' commands in flight too
+  (docs/stores.md says so; the tests of that isolation run from 8.2).
 - Which errors the cluster client retries (``ERRORS_ALLOW_RETRY``): timeouts
   are taken off the list on every release (``Cluster``).
-- Pub/sub on a cluster: the asyncio cluster client has ``pubsub()`` from
-  redis-py 6; on 5.x the store subscribes on one node (``open_pubsub``), which
-  is enough, as a cluster delivers every ``PUBLISH`` to every node.
-- Asking the cluster client for a refresh when a node times out
-  (``ask_for_refresh``): the private flag every release checks before a command.
+- Pub/sub on a cluster: the 5.x asyncio cluster client has no ``pubsub()``;
+  there the store subscribes on one node (``open_pubsub``), which is enough,
+  as a cluster delivers every ``PUBLISH`` to every node.
+- A node that times out or cools asks for a refresh (``ask_for_refresh``):
+  a stalled node answers with nothing that would make the client ask.
 
 ``tests/stores/test_redis_driver.py`` checks each choice against the
 installed release; CI runs the Redis suites at 5.0.1 and at the newest.
@@ -65,9 +67,9 @@ _command_name = inspect.signature(ConnectionPool.get_connection).parameters.get(
 POOL_NEEDS_COMMAND = _command_name is not None and _command_name.default is inspect.Parameter.empty
 """``ConnectionPool.get_connection`` requires a command name (redis-py 5.x)."""
 
-BACKGROUND_REFRESH = hasattr(RedisCluster, "_initialize_due") and (
-    "topology_refresh_min_interval" in inspect.signature(RedisCluster.__init__).parameters
-)
+BACKGROUND_REFRESH = all(
+    hasattr(RedisCluster, name) for name in ("_initialize_due", "_request_refresh")
+) and ("topology_refresh_min_interval" in inspect.signature(RedisCluster.__init__).parameters)
 """The cluster client refreshes its topology at a bounded rate, when asked, while the
 current one serves (redis-py 8.2): the store runs those refreshes in a task of its own."""
 
@@ -210,8 +212,7 @@ def ask_for_refresh(client: RedisCluster, node: str) -> None:
     every ``TOPOLOGY_REFRESH`` seconds, in a task of their own, and one that
     finds the same topology changes nothing.
     """
-    request = getattr(client, "_request_refresh", None)
-    if BACKGROUND_REFRESH and request is not None:
-        request(last_failed_node_name=node)  # run by the next ``refresh_if_due``
+    if BACKGROUND_REFRESH:
+        client._request_refresh(last_failed_node_name=node)  # run by the next refresh_if_due
     elif isinstance(client, Cluster):
         client.refresh_soon(node)
