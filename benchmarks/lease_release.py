@@ -33,25 +33,12 @@ import time
 from pathlib import Path
 
 from _common import start_redis
-from redis.asyncio import Redis
 
 from asyncache import DecisionCache, cached_prediction
 from asyncache.stores.redis import RedisStore
+from tests.support.stores import live_leases
 
 PREFIX = "attack:"
-
-
-async def live_leases(url: str) -> int:
-    """Lease keys under the prefix that Redis still keeps (with a time left)."""
-    client = Redis.from_url(url)  # the attack's own view of the server
-    try:
-        live = 0
-        async for name in client.scan_iter(match=f"{PREFIX}lease:*", count=1000):
-            if await client.pttl(name) > 0:
-                live += 1
-        return live
-    finally:
-        await client.aclose()
 
 
 async def attack(url: str, keys: int, rng: random.Random, lease_ttl: float) -> tuple[int, int]:
@@ -72,7 +59,7 @@ async def attack(url: str, keys: int, rng: random.Random, lease_ttl: float) -> t
 
         await asyncio.gather(*(slow(i) for i in range(keys)))
         await asyncio.sleep(3.0)
-        live = await live_leases(url)
+        live = await live_leases(url, PREFIX)
         await store.clear()
 
         async def answered(i: int) -> bool:

@@ -22,6 +22,7 @@ from asyncache.stores.tiered import TieredStore
 
 from ..servers import RedisServer
 from ..support import GENEROUS_REDIS_TIMEOUTS, until
+from ..support.stores import live_leases
 
 ROOT = Path(__file__).resolve().parents[2]
 # A hang guard for child processes, never a timing assertion.
@@ -545,21 +546,6 @@ async def test_a_redis_renewal_never_takes_a_lease_its_token_no_longer_holds(
         await store.aclose()
 
 
-async def _live_leases(url: str, prefix: str) -> int:
-    """Lease keys under ``prefix`` that Redis keeps with a time left."""
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(url)
-    try:
-        live = 0
-        async for name in client.scan_iter(match=f"{prefix}lease:*", count=1000):
-            if await client.pttl(name) > 0:
-                live += 1
-        return live
-    finally:
-        await client.aclose()
-
-
 @pytest.mark.slow
 async def test_released_leases_stay_released_under_load(redis_url: str, redis_prefix: str) -> None:
     """Issue 33's attack, scaled down: many leased flights whose models outlast a third
@@ -584,7 +570,7 @@ async def test_released_leases_stay_released_under_load(redis_url: str, redis_pr
         await asyncio.gather(*(slow(i) for i in range(keys)))
         await asyncio.sleep(3 * cache.lease_ttl)
         assert len(_renewals_alive()) == 0
-        assert await _live_leases(redis_url, redis_prefix) == 0
+        assert await live_leases(redis_url, redis_prefix) == 0
         await cache.store.clear()
 
         async def answered(x: int) -> bool:
