@@ -23,6 +23,7 @@ here, never from its underscore modules. Its modules:
 
 from ._audit import Auditor, Compare, MismatchHook
 from ._broadcast import MAX_PIECES, Broadcast, Framing, Reader
+from ._calls import Call, ItemsCall
 from ._engine import (
     MISS,
     AdmitHook,
@@ -35,7 +36,7 @@ from ._engine import (
     replay_miss,
 )
 from ._flights import Flight, error_for_caller
-from ._freshness import Freshness, StaleHit, overridden
+from ._freshness import Freshness, StaleHit, failed_together, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
 from ._many import get_or_compute_many
@@ -57,6 +58,7 @@ __all__ = [
     "AdmitHook",
     "Auditor",
     "Broadcast",
+    "Call",
     "Compare",
     "Engine",
     "Event",
@@ -64,6 +66,7 @@ __all__ = [
     "Flight",
     "Framing",
     "Fresh",
+    "ItemsCall",
     "Freshness",
     "Leases",
     "MismatchHook",
@@ -78,6 +81,7 @@ __all__ = [
     "cancel_and_wait",
     "cancelled",
     "error_for_caller",
+    "failed_together",
     "get_or_compute_many",
     "is_cancellation",
     "lease_store",

@@ -48,6 +48,7 @@ from ..keys import canonical
 from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
+from ._calls import detached
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
 from ._freshness import ErrorHit, Freshness, StaleHit, error_name, overridden, revive_error
 from ._guard import StoreGuard, new_request
@@ -537,6 +538,8 @@ class Engine:
         if self.mode == "live" and not self.closed and self.flights.get(key) is None:
             flight = self.flights.claim(key)
             flight.refresh = True
+            # The refresh runs after this call returned: on the inputs as they are now.
+            compute = detached(compute)
             self.flights.launch(flight, self._refresh(key, flight, stale, compute, inputs))
         if source is not None:
             source("stale")

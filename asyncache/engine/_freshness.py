@@ -45,6 +45,7 @@ __all__ = [
     "Freshness",
     "StaleHit",
     "error_name",
+    "failed_together",
     "fresh_until",
     "overridden",
     "revive_error",
@@ -126,7 +127,26 @@ class Freshness(NamedTuple):
             bool(self.cache_errors)
             and isinstance(error, self.cache_errors)
             and not isinstance(error, StoreError)
+            and _TOGETHER.get(id(error)) is not error
         )
+
+
+# Errors raised by one call for several inputs (a batch that raised): which input caused
+# it is unknown, so none of them caches it. Held by id (exceptions take no weak
+# references), the newest few only: the engine asks while the batch's callers hear of it.
+_TOGETHER: dict[int, BaseException] = {}
+_TOGETHER_KEPT = 256
+
+
+def failed_together(error: BaseException) -> None:
+    """Say that ``error`` was raised for several inputs at once: it is cached for none.
+
+    A cached error belongs to the one input that raised it; a batch that raises
+    as a whole stores nothing for its other items (they are computed again).
+    """
+    if len(_TOGETHER) >= _TOGETHER_KEPT:
+        del _TOGETHER[next(iter(_TOGETHER))]
+    _TOGETHER[id(error)] = error
 
 
 overridden: ContextVar[Freshness | None] = ContextVar("asyncache_freshness", default=None)

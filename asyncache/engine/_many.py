@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import Decoded
 from ..errors import DecodeError
 from ..stores.protocol import Entry
+from ._calls import detached
 from ._flights import Flight, copy_for_caller
 from ._freshness import ErrorHit, StaleHit
 from ._guard import new_request
@@ -259,8 +260,10 @@ async def _compute(
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
-        # Remembered before the callers hear of it: their next call must find it.
-        await _remember_errors(engine, [(key, exc) for key in keys], replacing)
+        # Remembered before the callers hear of it: their next call must find it. Only
+        # an item computed alone: which of several items raised is unknown.
+        if len(keys) == 1:
+            await _remember_errors(engine, [(keys[0], exc)], replacing)
         for key, flight in zip(keys, flights, strict=True):
             table.release(key, flight)
             flight.set_error(exc)
@@ -399,18 +402,31 @@ async def _run(
     return listed, seconds / max(len(indices), 1)
 
 
-def _single(compute: BatchCompute, index: int) -> Callable[[], Awaitable[Any]]:
-    """A one-key compute for the item at ``index`` (audits, lease takeovers)."""
+def _single(compute: BatchCompute, index: int) -> _Single:
+    """A one-key compute for the item at ``index`` (audits, refreshes, lease takeovers)."""
+    return _Single(compute, index)
 
-    async def one() -> Any:
-        results = list(await compute([index]))
+
+class _Single:
+    """The item at ``index`` of a batch's computation, computed alone."""
+
+    __slots__ = ("compute", "index")
+
+    def __init__(self, compute: BatchCompute, index: int) -> None:
+        self.compute = compute
+        self.index = index
+
+    async def __call__(self) -> Any:
+        results = list(await self.compute([self.index]))
         if len(results) != 1:
             raise ValueError(f"the model returned {len(results)} results for 1 item")
         if isinstance(results[0], BaseException):
             raise results[0]
         return results[0]
 
-    return one
+    def detached(self) -> _Single:
+        """The same item, on a snapshot of the batch's inputs (a refresh's)."""
+        return _Single(detached(self.compute), self.index)
 
 
 def _outcome(flight: Flight[Any]) -> Any:
