@@ -34,6 +34,7 @@ from ._engine import (
     TtlHook,
     Unshared,
     replay_miss,
+    unwrap,
 )
 from ._flights import Flight, error_for_caller
 from ._freshness import Freshness, StaleHit, failed_together, overridden
@@ -66,8 +67,8 @@ __all__ = [
     "Flight",
     "Framing",
     "Fresh",
-    "ItemsCall",
     "Freshness",
+    "ItemsCall",
     "Leases",
     "MismatchHook",
     "Reader",
@@ -89,6 +90,7 @@ __all__ = [
     "overridden",
     "replay_miss",
     "spawn",
+    "unwrap",
     "wait_for",
     "warm",
 ]

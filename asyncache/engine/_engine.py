@@ -127,6 +127,11 @@ def unwrap(result: Any) -> Any:
     return result.value if kind is Unshared or kind is Fresh else result
 
 
+def _fresh_for(result: Any) -> float | None:
+    """The lifetime a computed result gave (``Fresh``), or ``None``."""
+    return result.seconds if type(result) is Fresh else None
+
+
 def lifetime(result: Any) -> tuple[Any, float | None]:
     """A computed result and the lifetime it gave (``Fresh``), or ``None``."""
     if type(result) is Fresh:
@@ -406,25 +411,14 @@ class Engine:
             entry = await self.guard.call("get", lambda: store.get(key))
         stale: StaleHit | None = None
         if entry is not None:
-            try:
-                value = self.hit(key, entry)
-            except DecodeError as exc:
-                if mode == "replay":
-                    self.stats.corrupt += 1
-                    raise await self.refusal(key, inputs, exc) from None
-                await self.discard_corrupt(key, exc)
-            except StaleHit as found:
-                if found.revalidate:
-                    return self.serve_stale(key, found, compute, inputs, source)  # type: ignore[no-any-return]
-                stale = found  # within stale-if-error: compute, and fall back on it
-            except ErrorHit as cached:
-                self.stats.error_hits += 1
-                raise cached.error from None
-            else:
-                if self.sampler is not None and audit:
-                    self.sampler.sample(key, entry.value, recompute or compute, inputs)
-                if source is not None:
-                    source("hit")
+            value = await self.decide(
+                key, entry, inputs, (recompute or compute) if audit else None, source
+            )
+            if type(value) is StaleHit:
+                if value.revalidate:
+                    return self.serve_stale(key, value, compute, inputs, source)  # type: ignore[no-any-return]
+                stale = value  # within stale-if-error: compute, and fall back on it
+            elif value is not MISS:
                 return value  # type: ignore[no-any-return]
         return await self.miss(key, compute, inputs, source=source, stale=stale)
 
@@ -435,26 +429,52 @@ class Engine:
         recompute: Callable[[], Awaitable[Any]] | None = None,
         inputs: Any = None,
     ) -> Any:
-        """The stored decision under ``key`` (a hit, counted), ``MISS``, or a ``StaleHit``.
+        """The stored decision under ``key`` (a hit, counted), ``MISS``, or a ``StaleHit``:
+        the read step then the decide step (``read``, ``decide``).
 
         The lookup half of ``get_or_compute``, for a door that decides for
         itself what a miss does (the middleware: follow a run, or start one
-        with ``miss``). A corrupt entry is dropped and is ``MISS``. An entry
-        past its ttl is returned as the ``StaleHit`` (not counted): the door
-        serves it with ``serve_stale``, or hands it to ``miss`` (``stale=``).
-        ``recompute``: what an audit of the hit runs (no audit without it).
+        with ``miss``; the stream door).
 
         Raises:
             ReplayMiss: in replay, an entry that cannot be used, saying why (it stays).
             Exception: a cached error (``cache_errors``), raised again.
         """
+        entry = await self.read(key)
+        if entry is None:
+            return MISS
+        return await self.decide(key, entry, inputs, recompute)
+
+    async def read(self, key: bytes) -> Entry | None:
+        """The read step for one key: the store's memory when it has one, else the store."""
         entry = self._peek(key) if self._peek is not None else None
         if entry is None and not self._peek_final:
             entry = await self.store_get(key)
-        if entry is None:
-            return MISS
+        return entry
+
+    async def decide(
+        self,
+        key: bytes,
+        entry: Entry,
+        inputs: Any = None,
+        recompute: Callable[[], Awaitable[Any]] | None = None,
+        source: Source | None = None,
+        uses: int = 1,
+    ) -> Any:
+        """The decide step for an entry read: the one place the outcomes of ``hit`` are
+        handled, for every door and for one key or many.
+
+        Returns the decision (a fresh hit, counted ``uses`` times, audited with
+        ``recompute`` when audits sample it, ``source`` told), ``MISS`` (a
+        corrupt entry, counted and dropped) or the ``StaleHit`` (not counted:
+        the door serves it with ``serve_stale``, or hands it to ``miss``).
+
+        Raises:
+            ReplayMiss: in replay, a corrupt entry (left as it was), saying why.
+            Exception: a cached error (``cache_errors``), raised again.
+        """
         try:
-            value = self.hit(key, entry)
+            value = self.hit(key, entry, uses=uses)
         except DecodeError as exc:
             if self.mode == "replay":
                 self.stats.corrupt += 1
@@ -464,11 +484,23 @@ class Engine:
         except StaleHit as stale:
             return stale
         except ErrorHit as cached:
-            self.stats.error_hits += 1
+            self.stats.error_hits += uses
             raise cached.error from None
         if self.sampler is not None and recompute is not None:
             self.sampler.sample(key, entry.value, recompute, inputs)
+        if source is not None:
+            source("hit")
         return value
+
+    def seconds_of(self, key: bytes, entry: Entry) -> float:
+        """The seconds the decision in ``entry`` took to compute (a paced replay's)."""
+        known = self.recent.records.get(key)
+        if known is not None and known.value is entry.value:
+            return known.saved
+        try:
+            return self.decode(key, entry.value).compute_seconds or 0.0
+        except DecodeError:
+            return 0.0
 
     async def miss(
         self,
@@ -491,6 +523,8 @@ class Engine:
         """
         self.stats.misses += 1
         if self.mode == "replay":
+            if stale is not None and stale.usable():
+                return self.replayed(stale)  # type: ignore[no-any-return]
             raise await self.refusal(key, inputs)
         replacing = None if stale is None else stale.entry.value
         try:
@@ -513,10 +547,7 @@ class Engine:
             self.stats.coalesced += 1
             return await self._follow(key, flight, compute, inputs, source, stream, replacing)
         except Exception:
-            if stale is None or not stale.usable():
-                raise
-            self.stats.stale_if_error_hits += 1
-            return stale.value  # type: ignore[no-any-return]
+            return self.fall_back(stale)  # type: ignore[no-any-return]
 
     def serve_stale(
         self,
@@ -591,10 +622,14 @@ class Engine:
         if mode == "off":
             self.stats.bypassed += 1
             return unwrap(await compute())
+        # What a hit would have served is read before computing (shadow compares it).
+        entries = [await self.store_get(key)] if mode == "shadow" else []
+        result, seconds = await self.timed(compute)
         if mode == "record":
-            return await self.record_result(key, compute, inputs)
-        assert self.auditor is not None  # made with mode="shadow"
-        return await self.auditor.shadow(key, compute, inputs)
+            [answer] = await self.record_keys([key], [result], seconds, [inputs])
+        else:
+            [answer] = await self.shadow_keys([key], entries, [result], seconds, [inputs])
+        return answer
 
     # -- the miss path -------------------------------------------------------
 
@@ -677,10 +712,27 @@ class Engine:
         compute: Callable[[], Awaitable[T]],
         inputs: Any = None,
         source: Source | None = None,
+        stale: StaleHit | None = None,
     ) -> T:
-        """Compute and store a miss without a flight: under a lease when leases are on."""
-        value, _ = await self._compute_shared(key, compute, inputs, source)
+        """Compute and store a miss without a flight: under a lease when leases are on.
+
+        ``stale``: as for ``miss``, the entry within its stale-if-error window that
+        the decision replaces, and the answer if computing fails.
+        """
+        replacing = None if stale is None else stale.entry.value
+        try:
+            value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
+        except Exception:
+            return self.fall_back(stale)  # type: ignore[no-any-return]
         return value  # type: ignore[no-any-return]
+
+    def fall_back(self, stale: StaleHit | None) -> Any:
+        """Within an ``except`` block of a failed computation: the stale-if-error answer,
+        or the failure raised again when there is none (or its window ended)."""
+        if stale is None or not stale.usable():
+            raise  # the failure being handled
+        self.stats.stale_if_error_hits += 1
+        return stale.value
 
     async def _compute_shared(
         self,
@@ -760,6 +812,10 @@ class Engine:
                 token = start.token
             try:
                 value, shared = await self._compute_alone(key, compute, inputs, expected)
+                if not shared:
+                    # The answer now may not be stored (the middleware's private or 4xx
+                    # response): the stale one must not stand in for it any longer.
+                    await self.end_stale(key, expected)
             finally:
                 if leases is not None:
                     await leases.finish(key, token)
@@ -780,28 +836,93 @@ class Engine:
         finally:
             self.flights.landed(key, flight)
 
-    async def record_result(
-        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
-    ) -> Any:
-        """``mode="record"``: compute, and store the result in place of what ``key`` held.
+    async def record_keys(
+        self, keys: Sequence[bytes], results: Sequence[Any], seconds: float, inputs: Sequence[Any]
+    ) -> list[Any]:
+        """``mode="record"``, for one key or many: store each computed result in place of
+        what its key held; the answer for each key.
 
-        Stores keep the first decision (``add``), so the old entry is deleted
-        first; a writer that adds between the two wins, as it would in live mode.
+        ``results`` are what the computation gave each key (a value, ``Unshared``,
+        ``Fresh``, or the exception of an item that failed, answered as it is);
+        ``seconds`` is each one's share of the computation. Stores keep the first
+        decision (``add``), so the old entries are deleted first (``replace``); a
+        writer that adds between the two wins, as it would in live mode.
 
         Raises:
-            StoreError: the decision could not be written (``replace``).
+            StoreError: a decision could not be written or encoded: the recording
+                would be incomplete.
         """
-        result, seconds = await self.timed(compute)
-        if isinstance(result, Unshared):
+        answers: list[Any] = []
+        pending: list[tuple[bytes, bytes, float | None]] = []
+        at: list[int] = []
+        for key, result, given in zip(keys, results, inputs, strict=True):
+            unshared = type(result) is Unshared
+            value = self._kept_result(result)
+            answers.append(value)
+            if unshared or isinstance(value, BaseException):
+                continue
+            prepared = self.prepare(key, value, given, seconds, _fresh_for(result))
+            if prepared is not None:
+                pending.append((key, *prepared))
+                at.append(len(answers) - 1)
+        if pending:
+            winners = await self.replace(pending)  # raises when the store did not take them
+            for index, (key, value, _), entry in zip(at, pending, winners, strict=True):
+                answers[index] = self.winner(key, value, entry, answers[index])
+        return answers
+
+    async def shadow_keys(
+        self,
+        keys: Sequence[bytes],
+        entries: Sequence[Entry | None],
+        results: Sequence[Any],
+        seconds: float,
+        inputs: Sequence[Any],
+    ) -> list[Any]:
+        """``mode="shadow"``, for one key or many: compare each computed result with the
+        entry a hit would have served (``entries``, read before computing), count it,
+        and fill the store where it held nothing. The answers are the computed results:
+        nothing from the store reaches a caller.
+
+        ``results`` and ``seconds`` as for ``record_keys``.
+        """
+        auditor = self.auditor
+        assert auditor is not None  # made with mode="shadow"
+        answers: list[Any] = []
+        pending: list[tuple[bytes, bytes, float | None]] = []
+        for key, entry, result, given in zip(keys, entries, results, inputs, strict=True):
+            unshared = type(result) is Unshared
+            value = self._kept_result(result)
+            answers.append(value)
+            if unshared or isinstance(value, BaseException):
+                continue
+            stored: Decoded | None = None
+            if entry is not None:
+                try:
+                    stored = self.decode(key, entry.value)
+                except DecodeError as exc:
+                    await self.discard_corrupt(key, exc)
+            auditor.judge_shadow(key, given, stored, value)
+            if stored is None:
+                prepared = self.prepare(key, value, given, seconds, _fresh_for(result))
+                if prepared is not None:
+                    pending.append((key, *prepared))
+        if pending:
+            store = self.store
+            added = await self.guard.call("add_many", lambda: store.add_many(pending))
+            winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+            for (key, value, _), entry in zip(pending, winners, strict=True):
+                try:
+                    self.winner(key, value, entry, None)  # counted as any store
+                except Exception:
+                    pass  # another process's cached error: this call answers its own result
+        return answers
+
+    def _kept_result(self, result: Any) -> Any:
+        """A computed result's value (``Unshared`` counted as not admitted)."""
+        if type(result) is Unshared:
             self.stats.not_admitted += 1
-            return result.value
-        result, fresh_for = lifetime(result)
-        prepared = self.prepare(key, result, inputs, seconds, fresh_for)
-        if prepared is None:
-            return result
-        value, expires_at = prepared
-        [entry] = await self.replace([(key, value, expires_at)])
-        return self.winner(key, value, entry, result)
+        return unwrap(result)
 
     async def replace(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
         """Record mode's write: delete what each key held, then add its new decision.
@@ -1064,6 +1185,12 @@ class Engine:
         # Awaited, not backgrounded: the add that follows must not find it.
         await self.delete_entry(key)
 
+    async def end_stale(self, key: bytes, expected: bytes) -> None:
+        """Delete the stale entry holding ``expected``, unless another writer replaced it."""
+        entry = await self.store_get(key)
+        if entry is not None and entry.value == expected:
+            await self.delete_entry(key)
+
     async def delete_entry(self, key: bytes) -> None:
         """The store's ``delete`` (optional: see ``DecisionStore``), guarded; never in replay."""
         delete = getattr(self.store, "delete", None)
@@ -1095,6 +1222,14 @@ class Engine:
                 self.stats.renewals += 1
         finally:
             self._renewing.discard(key)
+
+    def replayed(self, stale: StaleHit, uses: int = 1) -> Any:
+        """In replay, a recorded decision past its ttl, within its stale-if-error window:
+        served as recorded (nothing is computed in replay, as if computing had failed).
+        Every door asks ``stale.usable()`` first, and refuses (``refusal``) when it is not.
+        """
+        self.stats.stale_if_error_hits += uses
+        return stale.value
 
     async def refusal(self, key: bytes, inputs: Any, exc: DecodeError | None = None) -> ReplayMiss:
         """The ``ReplayMiss`` for a replayed call with no usable decision, saying why.
@@ -1189,10 +1324,6 @@ class Sampler(Protocol):
 
     def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:
         """Count one shadow call: a miss, or a hit that would have agreed or not."""
-        ...
-
-    async def shadow(self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any) -> Any:
-        """One call in shadow mode: compute, compare with the stored decision, fill the store."""
         ...
 
 

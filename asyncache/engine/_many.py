@@ -24,12 +24,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..codec import Decoded
-from ..errors import DecodeError
+from ..errors import DecodeError, ReplayMiss
 from ..stores.protocol import Entry
 from ._calls import detached
+from ._engine import MISS
 from ._flights import Flight, copy_for_caller
-from ._freshness import ErrorHit, StaleHit
+from ._freshness import StaleHit
 from ._guard import new_request
 
 if TYPE_CHECKING:
@@ -61,42 +61,49 @@ async def get_or_compute_many(
         first.setdefault(key, index)
         uses[key] = uses.get(key, 0) + 1
     unique = list(first)
+    indices = [first[key] for key in unique]
+    unique_inputs = [item_inputs[index] for index in indices]
     if mode == "record":
-        return await _record(engine, keys, unique, first, compute, item_inputs)
+        results, share = await _run(engine, compute, indices)
+        answers = await engine.record_keys(unique, results, share, unique_inputs)
+        return _answers(keys, dict(zip(unique, answers, strict=True)), set(), _never)
     entries = await engine.guard.call("get_many", lambda: engine.store.get_many(unique))
-    found_entries = dict(zip(unique, entries or [None] * len(unique), strict=True))
+    entries = entries or [None] * len(unique)
+    found_entries = dict(zip(unique, entries, strict=True))
     if mode == "shadow":
-        return await _shadow(engine, keys, unique, first, found_entries, compute, item_inputs)
+        results, share = await _run(engine, compute, indices)
+        answers = await engine.shadow_keys(unique, entries, results, share, unique_inputs)
+        return _answers(keys, dict(zip(unique, answers, strict=True)), set(), _never)
     found: dict[bytes, Any] = {}
     stale: dict[bytes, StaleHit] = {}
     for key in unique:
         entry = found_entries[key]
-        if entry is not None:
-            try:
-                found[key] = engine.hit(key, entry, uses=uses[key])
-            except DecodeError as exc:
-                if mode == "replay":  # nothing is deleted: the error says what is wrong
-                    stats.corrupt += 1
-                    raise await engine.refusal(key, item_inputs[first[key]], exc) from None
-                await engine.discard_corrupt(key, exc)
-                continue
-            except StaleHit as found_stale:
-                index = first[key]
-                if found_stale.revalidate:
-                    single = _single(compute, index)
-                    found[key] = engine.serve_stale(
-                        key, found_stale, single, item_inputs[index], uses=uses[key]
-                    )
-                else:
-                    stale[key] = found_stale
-                continue
-            except ErrorHit as cached:
-                stats.error_hits += uses[key]
-                found[key] = cached.error
-                continue
-            if engine.sampler is not None:
-                single = _single(compute, first[key])
-                engine.sampler.sample(key, entry.value, single, item_inputs[first[key]])
+        if entry is None:
+            continue
+        index = first[key]
+        audit = None if engine.sampler is None else _single(compute, index)
+        try:
+            value = await engine.decide(key, entry, item_inputs[index], audit, uses=uses[key])
+        except ReplayMiss:
+            raise
+        except Exception as cached:  # a cached error: this item's answer
+            found[key] = cached
+            continue
+        if type(value) is StaleHit:
+            if value.revalidate:
+                single = _single(compute, index)
+                found[key] = engine.serve_stale(
+                    key, value, single, item_inputs[index], uses=uses[key]
+                )
+            else:
+                stale[key] = value
+        elif value is not MISS:
+            found[key] = value
+    if mode == "replay":
+        for key, hit in list(stale.items()):
+            del stale[key]  # nothing is computed in replay: the stale one or a refusal
+            if hit.usable():
+                found[key] = engine.replayed(hit, uses[key])
     missing = [key for key in unique if key not in found]
     if mode == "replay" and missing:
         stats.misses += sum(uses[key] for key in missing)
@@ -314,78 +321,6 @@ async def _remember_errors(
             await engine.remember_error(key, error)
 
 
-async def _shadow(
-    engine: Engine,
-    keys: Sequence[bytes],
-    unique: list[bytes],
-    first: dict[bytes, int],
-    entries: dict[bytes, Entry | None],
-    compute: BatchCompute,
-    inputs: Sequence[Any],
-) -> list[Any]:
-    """Shadow mode: compute every item, compare with the stored ones, serve only fresh ones."""
-    auditor = engine.auditor
-    assert auditor is not None  # made with mode="shadow"
-    indices = [first[key] for key in unique]
-    results, share = await _run(engine, compute, indices)
-    fresh: dict[bytes, Any] = dict(zip(unique, results, strict=True))
-    pending: list[tuple[bytes, bytes, float | None]] = []
-    for key, index in zip(unique, indices, strict=True):
-        result = fresh[key]
-        if isinstance(result, BaseException):
-            continue
-        stored = await _decoded(engine, key, entries[key])
-        auditor.judge_shadow(key, inputs[index], stored, result)
-        if stored is None:
-            prepared = engine.prepare(key, result, inputs[index], share)
-            if prepared is not None:
-                pending.append((key, *prepared))
-    if pending:
-        await engine.guard.call("add_many", lambda: engine.store.add_many(pending))
-    return _answers(keys, fresh, set(), fresh.__getitem__)
-
-
-async def _record(
-    engine: Engine,
-    keys: Sequence[bytes],
-    unique: list[bytes],
-    first: dict[bytes, int],
-    compute: BatchCompute,
-    inputs: Sequence[Any],
-) -> list[Any]:
-    """Record mode: compute every item, store each in place of what its key held.
-
-    Raises:
-        StoreError: the store did not take every decision (``Engine.replace``).
-    """
-    indices = [first[key] for key in unique]
-    results, share = await _run(engine, compute, indices)
-    pending: list[tuple[bytes, bytes, float | None]] = []
-    fresh: dict[bytes, Any] = {}
-    for key, index, result in zip(unique, indices, results, strict=True):
-        fresh[key] = result
-        if not isinstance(result, BaseException):
-            prepared = engine.prepare(key, result, inputs[index], share)
-            if prepared is not None:
-                pending.append((key, *prepared))
-    if pending:
-        winners = await engine.replace(pending)  # raises when the store did not take them
-        for (key, value, _), entry in zip(pending, winners, strict=True):
-            fresh[key] = engine.winner(key, value, entry, fresh[key])
-    return _answers(keys, fresh, set(), fresh.__getitem__)
-
-
-async def _decoded(engine: Engine, key: bytes, entry: Entry | None) -> Decoded | None:
-    """The stored decision a hit would have served; a corrupt one is dropped."""
-    if entry is None:
-        return None
-    try:
-        return engine.decode(key, entry.value)
-    except DecodeError as exc:
-        await engine.discard_corrupt(key, exc)
-        return None
-
-
 async def _run(
     engine: Engine, compute: BatchCompute, indices: list[int]
 ) -> tuple[list[Any], float]:
@@ -427,6 +362,10 @@ class _Single:
     def detached(self) -> _Single:
         """The same item, on a snapshot of the batch's inputs (a refresh's)."""
         return _Single(detached(self.compute), self.index)
+
+
+def _never(key: bytes) -> Any:
+    raise AssertionError("every key was answered")
 
 
 def _outcome(flight: Flight[Any]) -> Any:
