@@ -40,7 +40,6 @@ from ._flights import Flight, error_for_caller
 from ._freshness import Freshness, StaleHit, failed_together, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
-from ._many import get_or_compute_many
 from ._runtime import (
     Event,
     cancel_and_wait,
@@ -83,7 +82,6 @@ __all__ = [
     "cancelled",
     "error_for_caller",
     "failed_together",
-    "get_or_compute_many",
     "is_cancellation",
     "lease_store",
     "new_event",

@@ -1,6 +1,6 @@
 """The engine: the one path a lookup takes, whatever door it came through.
 
-``Engine.get_or_compute`` (one key) and ``asyncache.engine._many.get_or_compute_many``
+``Engine.get_or_compute`` (one key) and ``Engine.get_or_compute_many``
 (many keys) are the only ways into the store. The decorator (single calls,
 ``.many()``, micro-batching) and the middleware call them with a ``compute``
 that runs the model or the app, so coalescing, leases, audits, the modes,
@@ -355,20 +355,20 @@ class Engine:
         if entry is None:
             return None
         try:
-            decoded = self.decode(key, entry.value)
-            self.hit(key, entry)  # decodes from the memo where it can; counts and renews
-        except DecodeError as exc:
-            await self.discard_corrupt(key, exc)
-            return None
-        except StaleHit as stale:
-            if not stale.revalidate:
+            value = await self.decide(key, entry, _UNKNOWN)
+        except ReplayMiss:
+            raise
+        except Exception:
+            return None  # a cached error (counted)
+        if value is MISS:
+            return None  # corrupt: counted and dropped
+        if type(value) is StaleHit:
+            if not value.revalidate:
                 return None  # only a failed computation may have it now
             self.stats.hits += 1  # stale, yet served: lookup has nothing to refresh it with
             self.stats.stale_hits += 1
-        except ErrorHit:
-            self.stats.error_hits += 1
-            return None
-        return decoded
+        # Decoded whole for the caller (its timings and windows too), as the hit read it.
+        return self.decode(key, entry.value)
 
     async def get_or_compute(
         self,
@@ -1166,6 +1166,299 @@ class Engine:
             raise error  # another process's computation failed first, and remembered it
         return decoded.value
 
+    # -- many keys: one get_many, one compute, one add_many ----------------------
+
+    async def get_or_compute_many(
+        self,
+        keys: Sequence[bytes],
+        compute: BatchCompute,
+        inputs: Sequence[Any] | None = None,
+    ) -> list[Any]:
+        """``DecisionCache.get_or_compute_many``: see there."""
+        new_request()
+        count = len(keys)
+        item_inputs: Sequence[Any] = inputs if inputs is not None else [None] * count
+        stats = self.stats
+        mode = self.mode
+        if mode == "off":
+            stats.bypassed += count
+            return _raise_item_errors(list(await compute(list(range(count)))))
+        first: dict[bytes, int] = {}
+        uses: dict[bytes, int] = {}
+        for index, key in enumerate(keys):
+            first.setdefault(key, index)
+            uses[key] = uses.get(key, 0) + 1
+        unique = list(first)
+        indices = [first[key] for key in unique]
+        unique_inputs = [item_inputs[index] for index in indices]
+        if mode == "record":
+            results, share = await self._run_batch(compute, indices)
+            answers = await self.record_keys(unique, results, share, unique_inputs)
+            return _answers(keys, dict(zip(unique, answers, strict=True)), set(), _never)
+        entries = await self.guard.call("get_many", lambda: self.store.get_many(unique))
+        entries = entries or [None] * len(unique)
+        found_entries = dict(zip(unique, entries, strict=True))
+        if mode == "shadow":
+            results, share = await self._run_batch(compute, indices)
+            answers = await self.shadow_keys(unique, entries, results, share, unique_inputs)
+            return _answers(keys, dict(zip(unique, answers, strict=True)), set(), _never)
+        found: dict[bytes, Any] = {}
+        stale: dict[bytes, StaleHit] = {}
+        for key in unique:
+            entry = found_entries[key]
+            if entry is None:
+                continue
+            index = first[key]
+            audit = None if self.sampler is None else _single(compute, index)
+            try:
+                value = await self.decide(key, entry, item_inputs[index], audit, uses=uses[key])
+            except ReplayMiss:
+                raise
+            except Exception as cached:  # a cached error: this item's answer
+                found[key] = cached
+                continue
+            if type(value) is StaleHit:
+                if value.revalidate:
+                    single = _single(compute, index)
+                    found[key] = self.serve_stale(
+                        key, value, single, item_inputs[index], uses=uses[key]
+                    )
+                else:
+                    stale[key] = value
+            elif value is not MISS:
+                found[key] = value
+        if mode == "replay":
+            for key, hit in list(stale.items()):
+                del stale[key]  # nothing is computed in replay: the stale one or a refusal
+                if hit.usable():
+                    found[key] = self.replayed(hit, uses[key])
+        missing = [key for key in unique if key not in found]
+        if mode == "replay" and missing:
+            stats.misses += sum(uses[key] for key in missing)
+            raise await self.refusal(missing[0], item_inputs[first[missing[0]]])
+        stats.misses += sum(uses[key] for key in missing)
+        # Claim every unclaimed key before awaiting anything: never wait on our own keys.
+        flights = self.flights
+        own: list[bytes] = []
+        own_flights: list[Flight[Any]] = []
+        theirs: list[tuple[bytes, Flight[Any]]] = []
+        for key in missing:
+            flight = flights.get(key) if self.coalesce else None
+            if flight is not None:
+                stats.coalesced += 1
+                theirs.append((key, flight))
+                continue
+            flight = flights.claim(key) if self.coalesce else Flight()
+            own.append(key)
+            own_flights.append(flight)
+        replacing = {key: hit.entry.value for key, hit in stale.items()}
+        if own:
+            work = self._fly_many(
+                own, own_flights, [first[k] for k in own], compute, item_inputs, replacing
+            )
+            if self.coalesce:
+                flights.start(own, own_flights, work)
+            else:
+                await work
+        outcomes: dict[bytes, Flight[Any]] = {}
+        for key, flight in zip(own, own_flights, strict=True):
+            await flight.wait(None)
+            outcomes[key] = flight
+        retry: list[bytes] = []
+        for key, flight in theirs:
+            done = await flight.wait(self.coalesce_timeout)
+            if not done:
+                stats.coalesce_timeouts += 1
+            if done and flight.shared and not isinstance(flight.error, asyncio.CancelledError):
+                outcomes[key] = flight
+            else:
+                retry.append(key)
+        if retry:
+            # Their owners were too slow or refused to share: compute these ourselves.
+            alone = [Flight[Any]() for _ in retry]
+            await self._fly_many(
+                retry, alone, [first[k] for k in retry], compute, item_inputs, replacing
+            )
+            outcomes.update(zip(retry, alone, strict=True))
+        for key, hit in stale.items():
+            # stale_if_error: a failed item is answered with its stale decision.
+            if outcomes[key].error is not None and hit.usable():
+                stats.stale_if_error_hits += uses[key]
+                found[key] = hit.value
+        # Values other callers also hold (flights this batch followed) are copied.
+        shared = {key for key, _ in theirs}
+        return _answers(keys, found, shared, lambda key: _outcome(outcomes[key]))
+
+    async def _fly_many(
+        self,
+        keys: list[bytes],
+        flights: list[Flight[Any]],
+        indices: list[int],
+        compute: BatchCompute,
+        inputs: Sequence[Any],
+        replacing: dict[bytes, bytes],
+    ) -> None:
+        """Compute the items of ``keys`` and finish their flights: under leases when leases are on.
+
+        With leases, the keys whose lease this process took (or could not ask
+        for: a store failure) are computed in one call; decisions that appeared
+        meanwhile are adopted; keys another process holds are waited for after
+        that, each under the one-key lease rules (take over a lease that died).
+        """
+        leases = self.leases
+        if leases is None:
+            await self._compute_many(keys, flights, indices, compute, inputs, replacing)
+            return
+        starts = await asyncio.gather(*(leases.begin(key, replacing.get(key)) for key in keys))
+        now: list[int] = []
+        held: list[int] = []
+        for position, (key, flight, start) in enumerate(zip(keys, flights, starts, strict=True)):
+            if start.entry is not None:
+                try:
+                    flight.set_result(self.adopt(key, start.entry))
+                    self.flights.release(key, flight)
+                    continue
+                except DecodeError:
+                    pass
+            (held if start.held else now).append(position)
+        try:
+            if now:
+                await self._compute_many(
+                    [keys[p] for p in now],
+                    [flights[p] for p in now],
+                    [indices[p] for p in now],
+                    compute,
+                    inputs,
+                    replacing,
+                )
+        finally:
+            await asyncio.gather(*(leases.finish(keys[p], starts[p].token) for p in now))
+        if held:
+            await asyncio.gather(
+                *(
+                    self._wait_held(keys[p], flights[p], indices[p], compute, inputs, replacing)
+                    for p in held
+                )
+            )
+
+    async def _wait_held(
+        self,
+        key: bytes,
+        flight: Flight[Any],
+        index: int,
+        compute: BatchCompute,
+        inputs: Sequence[Any],
+        replacing: dict[bytes, bytes],
+    ) -> None:
+        """Finish ``flight`` with another process's decision on ``key``, or compute it alone."""
+        assert self.leases is not None
+        single = _single(compute, index)
+        stale = replacing.get(key)
+
+        async def work() -> Any:
+            result, seconds = await self.timed(single)
+            return await self.store_result(
+                key, result, inputs=inputs[index], compute_seconds=seconds, replacing=stale
+            )
+
+        try:
+            value = await self.leases.run(key, work, lambda entry: self.adopt(key, entry), stale)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            flight.set_error(exc)
+        else:
+            flight.set_result(value)
+        finally:
+            self.flights.release(key, flight)
+
+    async def _compute_many(
+        self,
+        keys: list[bytes],
+        flights: list[Flight[Any]],
+        indices: list[int],
+        compute: BatchCompute,
+        inputs: Sequence[Any],
+        replacing: dict[bytes, bytes],
+    ) -> None:
+        """Compute the items at ``indices`` in one call, store them in one ``add_many``
+        and finish each item's flight with the decision that won.
+
+        Items whose stale entry the store still holds (``replacing``) replace it
+        one by one instead; failed items of ``cache_errors`` types are remembered.
+        """
+        table = self.flights
+        try:
+            results, share = await self._run_batch(compute, indices)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            # Remembered before the callers hear of it: their next call must find it. Only
+            # an item computed alone: which of several items raised is unknown.
+            if len(keys) == 1:
+                await self._remember_errors([(keys[0], exc)], replacing)
+            for key, flight in zip(keys, flights, strict=True):
+                table.release(key, flight)
+                flight.set_error(exc)
+            return
+        pending: list[tuple[bytes, bytes, float | None]] = []
+        waiting: list[tuple[Flight[Any], Any]] = []
+        await self._remember_errors(
+            [(k, r) for k, r in zip(keys, results, strict=True) if isinstance(r, BaseException)],
+            replacing,
+        )
+        for key, flight, index, result in zip(keys, flights, indices, results, strict=True):
+            table.release(key, flight)
+            if isinstance(result, BaseException):
+                flight.set_error(result)
+                continue
+            stale = replacing.get(key)
+            if stale is not None:
+                flight.set_result(
+                    await self.store_result(
+                        key, result, inputs=inputs[index], compute_seconds=share, replacing=stale
+                    )
+                )
+                continue
+            prepared = self.prepare(key, result, inputs[index], share)
+            if prepared is None:
+                flight.set_result(result)
+                continue
+            pending.append((key, *prepared))
+            waiting.append((flight, result))
+        if not pending:
+            return
+        added = await self.guard.call("add_many", lambda: self.store.add_many(pending))
+        winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
+            try:
+                flight.set_result(self.winner(key, value, entry, result))
+            except Exception as exc:  # another process's cached error won the add
+                flight.set_error(exc)
+
+    async def _remember_errors(
+        self, failed: list[tuple[bytes, BaseException]], replacing: dict[bytes, bytes]
+    ) -> None:
+        """Store the failures of ``cache_errors`` types, except where a stale entry is kept."""
+        for key, error in failed:
+            if key not in replacing and self.policy().caches(error):
+                await self.remember_error(key, error)
+
+    async def _run_batch(
+        self, compute: BatchCompute, indices: list[int]
+    ) -> tuple[list[Any], float]:
+        """One model call on the items at ``indices``: their results, and each one's share of
+        the seconds it took.
+
+        Raises:
+            ValueError: the model returned another number of results.
+        """
+        results, seconds = await self.timed(lambda: compute(indices))
+        listed = list(results)
+        if len(listed) != len(indices):
+            raise ValueError(f"the model returned {len(listed)} results for {len(indices)} items")
+        return listed, seconds / max(len(indices), 1)
+
     # -- store upkeep --------------------------------------------------------
 
     async def store_get(self, key: bytes) -> Entry | None:
@@ -1375,3 +1668,73 @@ class Leasing(Protocol):
     async def aclose(self) -> None:
         """Stop renewing the leases still held."""
         ...
+
+
+# -- the many-keys path's helpers ----------------------------------------------
+
+BatchCompute = Callable[[list[int]], Awaitable[Sequence[Any]]]
+
+
+def _single(compute: BatchCompute, index: int) -> _Single:
+    """A one-key compute for the item at ``index`` (audits, refreshes, lease takeovers)."""
+    return _Single(compute, index)
+
+
+class _Single:
+    """The item at ``index`` of a batch's computation, computed alone."""
+
+    __slots__ = ("compute", "index")
+
+    def __init__(self, compute: BatchCompute, index: int) -> None:
+        self.compute = compute
+        self.index = index
+
+    async def __call__(self) -> Any:
+        results = list(await self.compute([self.index]))
+        if len(results) != 1:
+            raise ValueError(f"the model returned {len(results)} results for 1 item")
+        if isinstance(results[0], BaseException):
+            raise results[0]
+        return results[0]
+
+    def detached(self) -> _Single:
+        """The same item, on a snapshot of the batch's inputs (a refresh's)."""
+        return _Single(detached(self.compute), self.index)
+
+
+def _never(key: bytes) -> Any:
+    raise AssertionError("every key was answered")
+
+
+def _outcome(flight: Flight[Any]) -> Any:
+    return flight.error if flight.error is not None else flight.value
+
+
+def _answers(
+    keys: Sequence[bytes],
+    found: dict[bytes, Any],
+    shared: set[bytes],
+    outcome: Callable[[bytes], Any],
+) -> list[Any]:
+    """One answer per key, in order; the first failed item is raised.
+
+    Values other callers also hold (``shared``) or that an earlier item of this
+    batch received are copied: a caller may mutate what it gets.
+    """
+    results: list[Any] = []
+    handed = set(shared)
+    for key in keys:
+        value = found[key] if key in found else outcome(key)
+        if key in handed and not isinstance(value, BaseException):
+            value = copy_for_caller(value)
+        results.append(value)
+        handed.add(key)
+    return _raise_item_errors(results)
+
+
+def _raise_item_errors(results: list[Any]) -> list[Any]:
+    """``results``, unless an item failed: then the first failure is raised."""
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results

@@ -697,3 +697,28 @@ async def test_a_stream_refresh_keeps_the_bounds_of_a_miss() -> None:
     assert await _all(count(1)) == list(range(1, 51))
     assert cache.stats()["stores"] == 1
     await cache.aclose()
+
+
+async def test_replay_of_a_stream_says_why_as_a_single_call_does(tmp_path: Path) -> None:
+    # Issue 31 finding 9: the stream door said "not recorded" for an expired recording
+    # and for a missing file, where single calls say "expired" and "store unreadable".
+    path = tmp_path / "recording.db"
+    recording = DecisionCache(open_store(f"sqlite:///{path}"), mode="record", ttl=0.05)
+    model = Gated()
+    model.open(len(WORDS))
+    assert await _all(_tokens(recording, model)("soon expired")) == WORDS
+    await recording.aclose()
+    await recording.store.aclose()
+    await asyncio.sleep(0.1)
+    async with DecisionCache(open_store(f"sqlite:///{path}"), mode="replay") as replaying:
+        with pytest.raises(ReplayMiss) as expired:
+            await _all(_tokens(replaying, model)("soon expired"))
+        assert expired.value.reason == "expired"
+        await replaying.store.aclose()
+    gone = tmp_path / "no such recording.db"
+    async with DecisionCache(open_store(f"sqlite:///{gone}"), mode="replay") as replaying:
+        with pytest.raises(ReplayMiss) as unreadable:
+            await _all(_tokens(replaying, model)("anything"))
+        assert unreadable.value.reason == "store unreadable"
+        await replaying.store.aclose()
+    assert model.runs == 1
