@@ -397,9 +397,10 @@ async def _middleware_refresh(rig: Rig) -> None:
 
 async def stale_if_error(door: str, rig: Rig) -> None:
     """Finding 6 (a stream within its stale-if-error window falls back on failure and
-    stores its recomputation) and finding 3 (``must-revalidate`` forbids stale)."""
+    stores its recomputation, under leases on a shared store too) and finding 3
+    (``must-revalidate`` forbids stale)."""
     model = Model()
-    cache = await rig.cache(ttl=TTL, stale_if_error=60)
+    cache = await rig.cache(ttl=TTL, stale_if_error=60, leases=rig.shared)
     asking = await rig.door(door, cache, model)
     assert await asking.ask(["x"]) == ['A:"x"']
     await expire()
