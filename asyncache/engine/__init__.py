@@ -23,7 +23,7 @@ here, never from its underscore modules. Its modules:
 
 from ._audit import Auditor, Compare, MismatchHook
 from ._broadcast import MAX_PIECES, Broadcast, Framing, Reader
-from ._calls import Call, ItemsCall
+from ._calls import Call, ItemsCall, snapshot
 from ._engine import (
     MISS,
     AdmitHook,
@@ -87,6 +87,7 @@ __all__ = [
     "new_event",
     "overridden",
     "replay_miss",
+    "snapshot",
     "spawn",
     "unwrap",
     "wait_for",

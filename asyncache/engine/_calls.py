@@ -26,8 +26,8 @@ def snapshot(value: Any) -> Any:
     """``value`` as it is now, independent of later changes to what the caller holds.
 
     Builtin containers are copied all the way down; arrays and tensors are
-    copied (``copy``/``clone``), pydantic models and dataclasses deep-copied;
-    anything else is shared (it is not data the caller refills).
+    copied (``copy``/``clone``), pydantic models deep-copied, dataclasses field
+    by field; anything else is shared (it is not data the caller refills).
     """
     kind = type(value)
     if kind in _ATOMS:
@@ -53,9 +53,13 @@ def snapshot(value: Any) -> Any:
         model_copy = getattr(value, "model_copy", None)  # a pydantic model
         if callable(model_copy):
             return model_copy(deep=True)
-        if isinstance(value, list | dict | set) or (
-            dataclasses.is_dataclass(value) and not isinstance(value, type)
-        ):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            # Field by field: a dataclass may hold what is not data (a model, a client).
+            clone = copy.copy(value)
+            for item in dataclasses.fields(value):
+                object.__setattr__(clone, item.name, snapshot(getattr(value, item.name)))
+            return clone
+        if isinstance(value, list | dict | set):
             return copy.deepcopy(value)
     except Exception:
         return value  # what cannot be copied is computed as it is

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 from contextvars import ContextVar
 from typing import Any, NamedTuple
@@ -149,6 +150,7 @@ class Freshness(NamedTuple):
 # references), the newest few only: the engine asks while the batch's callers hear of it.
 _TOGETHER: dict[int, BaseException] = {}
 _TOGETHER_KEPT = 256
+_TOGETHER_LOCK = threading.Lock()
 
 
 def failed_together(error: BaseException) -> None:
@@ -157,9 +159,10 @@ def failed_together(error: BaseException) -> None:
     A cached error belongs to the one input that raised it; a batch that raises
     as a whole stores nothing for its other items (they are computed again).
     """
-    if len(_TOGETHER) >= _TOGETHER_KEPT:
-        del _TOGETHER[next(iter(_TOGETHER))]
-    _TOGETHER[id(error)] = error
+    with _TOGETHER_LOCK:  # several threads' loops may share a cache
+        if len(_TOGETHER) >= _TOGETHER_KEPT:
+            del _TOGETHER[next(iter(_TOGETHER))]
+        _TOGETHER[id(error)] = error
 
 
 overridden: ContextVar[Freshness | None] = ContextVar("asyncache_freshness", default=None)
