@@ -12,6 +12,7 @@ hand out chunks of the same types.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
@@ -21,6 +22,7 @@ from ..cache import DecisionCache
 from ..engine import Freshness, cached_stream
 from ..errors import ReplayMiss
 from ..keys import KeyBuilder
+from ..tags import DECISION_TAGS, Tagging, tag_source
 from ._binding import Binder
 from ._returns import Rebuild
 
@@ -35,6 +37,7 @@ def streamed(
     name: str,
     key: Callable[..., Any] | None,
     scope: Callable[..., Any] | None,
+    tags: Callable[..., Any] | None,
     builder: KeyBuilder,
     encode: Callable[[Any], Any] | None,
     rebuild: Rebuild | None,
@@ -70,6 +73,20 @@ def streamed(
         return chunks
 
     async def chunks(
+        cache_key: bytes, inputs: Any, args: Any, kwargs: Any, marks: Tagging | None
+    ) -> AsyncGenerator[Any, None]:
+        # The stream's flight starts in the context of its first step, so its decision
+        # carries the tags set here (``asyncache.tags``).
+        token = None if marks is None else DECISION_TAGS.set({cache_key: marks})
+        try:
+            async for chunk in _chunks(cache_key, inputs, args, kwargs):
+                yield chunk
+        finally:
+            if token is not None:
+                with contextlib.suppress(ValueError):  # stepped from another task: its own context
+                    DECISION_TAGS.reset(token)
+
+    async def _chunks(
         cache_key: bytes, inputs: Any, args: Any, kwargs: Any
     ) -> AsyncGenerator[Any, None]:
         flow = cached_stream(
@@ -93,7 +110,10 @@ def streamed(
         # Keyed when called, as a generator's arguments are bound when it is called.
         inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
         where = scope(*args, **kwargs) if scope is not None else None
-        return chunks(builder.key(inputs, where), inputs, args, kwargs)
+        marks = None
+        if where is not None or tags is not None:
+            marks = Tagging(cache.namespace, scope=where, source=tag_source(tags, args, kwargs))
+        return chunks(builder.key(inputs, where), inputs, args, kwargs, marks)
 
     if awaited:
 

@@ -14,6 +14,7 @@ here, never from its underscore modules. Its modules:
 - ``_guard``: the store guard (timeouts, failure counting, cool-down) and the
   shared deadlines of one call;
 - ``_leases``: one computation per fleet, through the store's leases;
+- ``_forget``: dropping decisions by tag or scope (``cache.forget``);
 - ``_audit``: sampled audits of hits and shadow mode;
 - ``_warm``: pre-warming from a list of inputs;
 - ``_broadcast``: a computation's pieces shared live by its flight's callers;
@@ -35,6 +36,7 @@ from ._engine import (
     replay_miss,
 )
 from ._flights import Flight, error_for_caller
+from ._forget import forget
 from ._freshness import Freshness, StaleHit, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
@@ -78,6 +80,7 @@ __all__ = [
     "cancel_and_wait",
     "cancelled",
     "error_for_caller",
+    "forget",
     "get_or_compute_many",
     "is_cancellation",
     "lease_store",
