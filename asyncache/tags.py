@@ -46,7 +46,7 @@ __all__ = [
     "tagging_of",
 ]
 
-MARGIN = 1.0
+MARGIN = 0.5
 """Seconds past a forget's end that its tombstone still refuses (clock skew between hosts)."""
 
 TOMBSTONE_SECONDS = 24 * 3600.0

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..engine import Broadcast, Engine, Freshness
+from ..tags import Tagging
 from .capture import ResponseCapture
 from .response import AdmitResponse
 from .stats import MiddlewareStats
@@ -97,6 +98,7 @@ class ExchangeSettings:
         "run_times",
         "stats",
         "statuses",
+        "tags",
     )
 
     def __init__(
@@ -114,7 +116,10 @@ class ExchangeSettings:
         freshness: Freshness | None = None,
         pass_ttl: float = 5.0,
         follower_timeout: float | None = None,
+        tags: Callable[[Scope], Any] | None = None,
     ) -> None:
+        self.tags = tags
+        """``tags(asgi_scope)``: the tags a stored response carries (the middleware's ``tags=``)."""
         self.app = app
         self.engine = engine
         self.stats = stats
@@ -169,6 +174,7 @@ class ExchangeSettings:
         *,
         hold: bool = False,
         fallback: bool = False,
+        marks: Tagging | None = None,
     ) -> ResponseCapture:
         """The app's ``send`` for one run (``hold``, ``fallback``: see ``ResponseCapture``)."""
         return ResponseCapture(
@@ -181,4 +187,6 @@ class ExchangeSettings:
             finish=finish,
             hold=hold,
             fallback=fallback,
+            tag_name=self.headers.tag_name,
+            marks=marks,
         )
