@@ -73,18 +73,18 @@ def streamed(
         return chunks
 
     async def chunks(
-        cache_key: bytes, inputs: Any, args: Any, kwargs: Any, marks: Tagging | None
+        cache_key: bytes, inputs: Any, args: Any, kwargs: Any, marks: Tagging
     ) -> AsyncGenerator[Any, None]:
         # The stream's flight starts in the context of its first step, so its decision
         # carries the tags set here (``asyncache.tags``).
-        token = None if marks is None else DECISION_TAGS.set({cache_key: marks})
+        token = DECISION_TAGS.set({cache_key: marks})
         try:
-            async for chunk in _chunks(cache_key, inputs, args, kwargs):
-                yield chunk
+            async with aclosing(_chunks(cache_key, inputs, args, kwargs)) as inner:
+                async for chunk in inner:
+                    yield chunk
         finally:
-            if token is not None:
-                with contextlib.suppress(ValueError):  # stepped from another task: its own context
-                    DECISION_TAGS.reset(token)
+            with contextlib.suppress(ValueError):  # stepped from another task: its own context
+                DECISION_TAGS.reset(token)
 
     async def _chunks(
         cache_key: bytes, inputs: Any, args: Any, kwargs: Any
@@ -110,10 +110,11 @@ def streamed(
         # Keyed when called, as a generator's arguments are bound when it is called.
         inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
         where = scope(*args, **kwargs) if scope is not None else None
-        marks = None
-        if where is not None or tags is not None:
-            marks = Tagging(cache.namespace, scope=where, source=tag_source(tags, args, kwargs))
-        return chunks(builder.key(inputs, where), inputs, args, kwargs, marks)
+        cache_key = builder.key(inputs, where)
+        if where is None and tags is None:
+            return _chunks(cache_key, inputs, args, kwargs)
+        marks = Tagging(cache.namespace, scope=where, source=tag_source(tags, args, kwargs))
+        return chunks(cache_key, inputs, args, kwargs, marks)
 
     if awaited:
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -10,6 +11,7 @@ from typing import Any, Self
 from redis.asyncio.cluster import RedisCluster
 
 from ...errors import ConfigurationError, StoreError
+from ...tags import DECISION_TAGS, Tagging, labels_of
 from ..protocol import Entry
 from .channels import Invalidated, Invalidations
 from .gate import DRIVER_ERRORS, store_error
@@ -17,6 +19,8 @@ from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pack, pxat, unpac
 from .loops import Bound, Command, Loops, Settings, refuse_other_loops, running_loop
 from .nodes import NodeHealth
 from .scan import count_entries, describe_prefix, unlink_all, walk_entries
+from .tags import REFUSED, add_tagged
+from .tags import forget as forget_labels
 from .url import DEFAULT_PREFIX, Client, connect
 
 __all__ = ["RedisStore"]
@@ -279,13 +283,84 @@ class RedisStore:
 
     async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
         """Store ``value`` unless a live entry exists; return the winner. One round trip."""
+        if DECISION_TAGS.get() is not None:
+            found = await labels_of(key)
+            if found is not None:
+                return await self._add_tagged(key, value, expires_at, found)
         return await self._add(await self._bound(), key, value, expires_at)
 
     async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
         """``add`` for each item, in order, in one pipeline; return the winners."""
         if not items:
             return []
+        if DECISION_TAGS.get() is not None:
+            return list(
+                await asyncio.gather(*(self.add(key, value, exp) for key, value, exp in items))
+            )
         return await self._add_many(await self._bound(), items)
+
+    # -- forgetting: tagged adds, and forget (``tags``) -----------------------
+
+    async def _add_tagged(
+        self,
+        key: bytes,
+        value: bytes,
+        expires_at: float | None,
+        found: tuple[Tagging, tuple[bytes, ...]],
+    ) -> Entry:
+        """``add`` of a decision the door tagged: one script on its key's slot."""
+        bound = await self._bound()
+        expires_at = expiry(expires_at)
+        if expires_at is not None and expires_at <= time.time():
+            return await self._add(bound, key, value, expires_at)  # nothing to store
+        tagging, labels = found
+        if bound.cluster and not bound.gate.ready:
+            await bound.gate.ensure_ready()
+        async with bound.gate:
+            old = await add_tagged(
+                bound.client,
+                self.prefix,
+                key,
+                pack(value, expires_at),
+                expires_at,
+                labels,
+                tagging.since,
+                bound.invalidated,
+            )
+        self._written += 1
+        if old is REFUSED:
+            tagging.refused.add(key)
+            return Entry(value, expires_at)
+        return await self._settle(bound, self.prefix + key, value, expires_at, old)
+
+    async def forget(
+        self,
+        labels: Sequence[bytes],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Drop every live decision indexed under any of ``labels``; return how many.
+
+        One script on a single Redis; on a cluster, one round trip per primary
+        per batch of labels (``tags``). Then ``PUBLISH`` on ``<prefix>invalidated``,
+        so that memory tiers in front of this prefix, in every process, drop their copies.
+        """
+        bound = await self._bound()
+        if bound.cluster and not bound.gate.ready:
+            await bound.gate.ensure_ready()
+        async with bound.gate:
+            dropped = await forget_labels(
+                bound.client,
+                bound.pipeline,
+                self.prefix,
+                labels,
+                dry_run=dry_run,
+                progress=progress,
+            )
+            if not dry_run:
+                await bound.execute("PUBLISH", bound.invalidated, b"")
+        return dropped
 
     def _node_failures(self, raws: list[bytes | StoreError | None]) -> list[bytes | None]:
         """A cluster ``get_many``'s replies: the keys of a node that failed are misses.
@@ -403,6 +478,12 @@ class RedisStore:
         One script on the key's own slot (so on a cluster too); a replaced entry
         is announced, so that memory tiers in front drop their copies of it.
         """
+        if DECISION_TAGS.get() is not None:
+            found = await labels_of(key)
+            if found is not None:
+                # Tagged: dropped and added again, indexed (a writer in between wins).
+                await self.delete(key)
+                return await self._add_tagged(key, value, expires_at, found)
         name = self.prefix + key
         expires_at = expiry(expires_at)
         expiry_ms: bytes | int = b"" if expires_at is None else pxat(expires_at)
