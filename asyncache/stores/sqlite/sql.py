@@ -230,10 +230,11 @@ def add_unless_forgotten(n: int) -> str:
 
 @functools.lru_cache(maxsize=64)
 def forget_entries(n: int) -> str:
-    """Delete the entries indexed under ``n`` labels (?2...); one row per entry: live or not."""
+    """Delete the entries indexed under ``n`` labels (?2...; ?1 unused, for numbering);
+    one row per entry: its expiry (the caller tells live from expired)."""
     return (
-        "DELETE FROM asyncache_entries WHERE key IN (SELECT key FROM asyncache_tags "
-        f"WHERE label IN ({_labels(n, 2)})) RETURNING {_LIVE}"
+        "DELETE FROM asyncache_entries WHERE ?1 = ?1 AND key IN (SELECT key FROM asyncache_tags "
+        f"WHERE label IN ({_labels(n, 2)})) RETURNING expires_at"
     )
 
 

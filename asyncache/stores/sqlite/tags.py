@@ -102,7 +102,9 @@ class TagIndex:
                 for label in chunk:
                     await self._execute(TOMBSTONE, (label, now + MARGIN))
                 rows = await self._execute(forget_entries(marks), (now, *chunk))
-                dropped += sum(1 for (live,) in rows if live)
+                dropped += sum(
+                    1 for (expires_at,) in rows if expires_at is None or expires_at > now
+                )
                 await self._execute(forget_index(marks), (0, *chunk))
             if progress is not None:
                 progress(done, len(chunks))
