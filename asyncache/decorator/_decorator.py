@@ -462,7 +462,7 @@ def _wrap(
             if token is not None:
                 overridden.reset(token)
 
-    if key is None and scope is None and tags is None:
+    if key is None and scope is None:
         make = binder.make if binder.make is not None else dict
         count = binder.count if binder.make is not None else -1
         bind = binder.bind
@@ -481,7 +481,12 @@ def _wrap(
             value = hit_now(cache_key)
             if value is not MISS:
                 return value
-            return await compute(cache_key, inputs, args, kwargs)
+            if tags is None:
+                return await compute(cache_key, inputs, args, kwargs)
+            # What this call stores carries its tags (``asyncache.tags``): a hit never asks.
+            marks = Tagging(cache.namespace, source=tag_source(tags, args, kwargs))
+            with tagging({cache_key: marks}):
+                return await compute(cache_key, inputs, args, kwargs)
 
     else:
 
