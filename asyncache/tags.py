@@ -161,7 +161,7 @@ def tag_source(
     """The user's ``tags=`` function, to be called with this call's arguments when needed."""
     if tags is None:
         return None
-    return lambda: tags(*args, **kwargs)  # type: ignore[no-any-return]
+    return lambda: tags(*args, **kwargs)
 
 
 DECISION_TAGS: ContextVar[Mapping[bytes, Tagging] | None] = ContextVar(

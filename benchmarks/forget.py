@@ -11,9 +11,8 @@ free loopback ports.
   (the hot ones stored again between repeats). Goal: <= 200 ms.
 - The same on a 3-primary cluster (a tenth the size), with the ``EVAL`` calls each
   primary served during the forget (``INFO commandstats``): one per primary per batch.
-- Memory per decision: Redis's ``used_memory`` after 20,000 decisions stored without
-  tags and after 20,000 with two tags each (one shared by 100 decisions, one by all),
-  on an otherwise empty server; the difference per decision.
+- Memory per decision: ``MEMORY USAGE`` of 20,000 decisions' keys and of their tag
+  indexes (two tags each: one shared by 100 decisions, one by all), per decision.
 - A hit's cost: a decorated function's hit on a MemoryStore and on Redis, the function
   untagged and tagged, before and after a forget of other decisions, in one run.
 """
@@ -111,51 +110,39 @@ def _evals(cluster: Any) -> dict[int, int]:
     return counts
 
 
-async def memory_per_decision(url: str, count: int) -> list[float]:
-    """Bytes per decision in Redis's ``used_memory``, untagged and tagged (two tags), and
-    the tag indexes' own bytes per decision (``MEMORY USAGE`` of each index)."""
+async def memory_per_decision(url: str, count: int) -> tuple[float, float]:
+    """Bytes per decision (``MEMORY USAGE``): the decision's own key, and its share of the
+    tag indexes (two tags each: ``doc:<n // 100>``, shared by 100, and one shared by all)."""
     from redis.asyncio import Redis
 
     from asyncache.stores.redis import RedisStore
 
     admin = Redis.from_url(url)
+    store = RedisStore.from_url(url, prefix="mem:")
     value = b"x" * 64
-    results = []
     try:
-        for tagged in (False, True):
-            store = RedisStore.from_url(url, prefix=f"mem{int(tagged)}:")
-            await admin.execute_command("MEMORY", "PURGE")
-            before = (await admin.info("memory"))["used_memory"]
-            if tagged:
-                marks = {
-                    _key(n): Tagging("bench", source=(lambda n=n: [f"doc:{n // 100}", "all"]))
-                    for n in range(count)
-                }
-                with tagging(marks):
-                    for first in range(0, count, 1000):
-                        await asyncio.gather(
-                            *(
-                                store.add(_key(n), value, time.time() + 3600)
-                                for n in range(first, first + 1000)
-                            )
-                        )
+        marks = {
+            _key(n): Tagging("bench", source=(lambda n=n: [f"doc:{n // 100}", "all"]))
+            for n in range(count)
+        }
+        with tagging(marks):
+            for first in range(0, count, 1000):
+                expires_at = time.time() + 3600
+                await asyncio.gather(
+                    *(store.add(_key(n), value, expires_at) for n in range(first, first + 1000))
+                )
+        entries = indexes = 0
+        async for name in admin.scan_iter(match=b"mem:*", count=1000):
+            used = await admin.memory_usage(name, samples=0) or 0
+            if name.startswith(b"mem:tags:"):
+                indexes += used
             else:
-                for first in range(0, count, 1000):
-                    await store.add_many(
-                        [(_key(n), value, time.time() + 3600) for n in range(first, first + 1000)]
-                    )
-            after = (await admin.info("memory"))["used_memory"]
-            results.append((after - before) / count)
-            if tagged:
-                indexes = 0
-                async for name in admin.scan_iter(match=b"mem1:tags:*", count=1000):
-                    indexes += await admin.memory_usage(name, samples=0) or 0
-                results.append(indexes / count)
-            await store.clear()
-            await store.aclose()
+                entries += used
+        await store.clear()
     finally:
+        await store.aclose()
         await admin.aclose()
-    return results
+    return entries / count, indexes / count
 
 
 async def hit_costs(store: Any, rounds: int) -> dict[str, float]:
@@ -174,7 +161,7 @@ async def hit_costs(store: Any, rounds: int) -> dict[str, float]:
 
     for fn in (plain, tagged):
         await fn(1)
-    calls = 2000 if isinstance(store, MemoryStore) else 200
+    calls = 1000 if isinstance(store, MemoryStore) else 200
 
     async def timed(fn: Any) -> float:
         started = time.perf_counter()
@@ -188,7 +175,7 @@ async def hit_costs(store: Any, rounds: int) -> dict[str, float]:
             await tagged(2)
             await cache.forget(tags=["doc:2"])
         samples: dict[str, list[float]] = {"untagged": [], "tagged": [], "ratio": []}
-        for round_ in range(rounds * 4):
+        for round_ in range(rounds * (8 if isinstance(store, MemoryStore) else 4)):
             order = (("untagged", plain), ("tagged", tagged))
             taken = {name: await timed(fn) for name, fn in (order if round_ % 2 else order[::-1])}
             for name, seconds in taken.items():
@@ -227,12 +214,9 @@ async def measure(quick: bool) -> tuple[list[Row], list[str]]:
                     )
                 )
                 notes.append(f"Redis: dropped per forget {found['dropped']}.")
-                plain, tagged, indexes = await memory_per_decision(url, 2000 if quick else 20_000)
-                rows.append(Row("used_memory per decision, no tags", plain, "bytes", "-", "-"))
-                rows.append(Row("used_memory per decision, two tags", tagged, "bytes", "-", "-"))
-                rows.append(
-                    Row("tag indexes per decision (MEMORY USAGE)", indexes, "bytes", "-", "-")
-                )
+                own, indexes = await memory_per_decision(url, 2000 if quick else 20_000)
+                rows.append(Row("a decision's own key (64-byte value)", own, "bytes", "-", "-"))
+                rows.append(Row("its two tags, in the indexes", indexes, "bytes", "-", "-"))
                 hits = await hit_costs(RedisStore.from_url(url, prefix="h:"), repeats)
                 rows.extend(_hit_rows("Redis", hits))
             if cluster is not None:
@@ -303,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     notes = [
         *notes,
         f"Forget times: from the call to its return, median of repeats; {machine()}.",
-        "Memory: used_memory after MEMORY PURGE, before and after storing; 64-byte values "
-        "with an hour's ttl; tags: doc:<n // 100> and one shared by all.",
+        "Memory: MEMORY USAGE (SAMPLES 0) of every key, per decision: 64-byte values with an "
+        "hour's ttl; tags doc:<n // 100> (a listpack of 100) and one shared by all (a skiplist).",
         "Hits: median per-call time over rounds of calls on one key, the decorator's hit path "
         "(memory: without a coroutine; Redis: one GET).",
     ]

@@ -64,6 +64,7 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ),
     ("faults", "Faults: a stalled cluster primary, a killed lease owner"),
     ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
+    ("forget", "Forgetting tagged decisions"),
 )
 
 # Options a script runs with here beyond --json and --quick.
