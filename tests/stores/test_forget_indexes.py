@@ -88,3 +88,29 @@ async def test_redis_indexes_expire_with_their_decisions(
     finally:
         await store.clear()
         await store.aclose()
+
+
+async def test_a_cluster_index_lives_in_the_slot_of_the_decisions_it_lists(
+    redis_cluster_url: str,
+) -> None:
+    try:
+        from asyncache.stores.redis import RedisStore
+    except ImportError as exc:
+        require(False, f"RedisStore is not available: {exc}")
+        raise
+    prefix = f"asyncache-slots:{uuid.uuid4().hex}:"
+    store = RedisStore.from_url(f"{redis_cluster_url}?{GENEROUS_REDIS_TIMEOUTS}", prefix=prefix)
+    client = store.client
+    try:
+        keys = [_key(n) for n in range(64)]  # spread over many slots
+        with tagging(_tags(*keys)):
+            await asyncio.gather(*(store.add(key, b"v", None) for key in keys))
+        indexes = [name async for name in client.scan_iter(match=f"{prefix}tags:*")]
+        assert len(indexes) == 2 * len({client.keyslot(prefix.encode() + k) for k in keys})
+        for name in indexes:
+            slot = client.keyslot(name)
+            for member in await client.zrange(name, 0, -1):
+                assert client.keyslot(prefix.encode() + member) == slot
+    finally:
+        await store.clear()
+        await store.aclose()
