@@ -25,7 +25,7 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 import orjson
@@ -39,6 +39,7 @@ __all__ = [
     "Tagging",
     "forget_labels",
     "parse_tag_header",
+    "push_tags",
     "scope_label",
     "tag_label",
     "tag_source",
@@ -94,6 +95,8 @@ def parse_tag_header(value: str) -> list[str]:
     return [tag.strip() for tag in value.split(",") if tag.strip()]
 
 
+_NONE_REFUSED: set[bytes] = set()  # shared, never added to: ``refuse`` makes each its own
+
 TagSource = Callable[[], "Iterable[str] | Awaitable[Iterable[str]]"]
 
 
@@ -122,14 +125,22 @@ class Tagging:
         self.scope = scope
         self.source = source
         self.since = time.time() if since is None else since
-        self.extra: list[str] = []
-        self.refused: set[bytes] = set()
+        self.extra: list[str] | None = None
+        self.refused: set[bytes] = _NONE_REFUSED
         self._labels: tuple[bytes, ...] | None = None
 
     def add(self, tags: Iterable[str]) -> None:
         """More tags for the decision (the app's ``Cache-Tag``), before it is written."""
+        if self.extra is None:
+            self.extra = []
         self.extra.extend(tags)
         self._labels = None
+
+    def refuse(self, key: bytes) -> None:
+        """A store refused to write ``key``'s decision (a forget came after it began)."""
+        if self.refused is _NONE_REFUSED:
+            self.refused = set()
+        self.refused.add(key)
 
     async def labels(self) -> tuple[bytes, ...]:
         """The decision's labels; the tag function runs once, when first asked.
@@ -147,7 +158,7 @@ class Tagging:
                     raise TypeError("tags= must return an iterable of tags, not one string")
                 tags.extend(made)
                 self.source = None
-            tags.extend(self.extra)
+            tags.extend(self.extra or ())
             labels = [tag_label(self.namespace, tag) for tag in tags]
             if self.scope is not None:
                 labels.append(scope_label(self.namespace, self.scope))
@@ -173,12 +184,17 @@ DECISION_TAGS: ContextVar[Mapping[bytes, Tagging] | None] = ContextVar(
 @contextmanager
 def tagging(tags: Mapping[bytes, Tagging]) -> Iterator[None]:
     """Within it, decisions written under these keys carry these labels (``DECISION_TAGS``)."""
-    outer = DECISION_TAGS.get()
-    token = DECISION_TAGS.set(tags if outer is None else {**outer, **tags})
+    token = push_tags(tags)
     try:
         yield
     finally:
         DECISION_TAGS.reset(token)
+
+
+def push_tags(tags: Mapping[bytes, Tagging]) -> Token[Mapping[bytes, Tagging] | None]:
+    """``tagging`` without the context manager (the decorator's miss path): reset the token."""
+    outer = DECISION_TAGS.get()
+    return DECISION_TAGS.set(tags if outer is None else {**outer, **tags})
 
 
 def tagging_of(key: bytes) -> Tagging | None:

@@ -22,7 +22,7 @@ from ..engine import MISS, Freshness, overridden
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
 from ..stores import entries_of
-from ..tags import Tagging, tag_source, tagging
+from ..tags import DECISION_TAGS, Tagging, push_tags, tag_source, tagging
 from ._binding import Binder, CachedMethod
 from ._returns import Rebuild, caller_names, rebuilder, streams
 from ._streaming import streamed
@@ -485,8 +485,11 @@ def _wrap(
                 return await compute(cache_key, inputs, args, kwargs)
             # What this call stores carries its tags (``asyncache.tags``): a hit never asks.
             marks = Tagging(cache.namespace, source=tag_source(tags, args, kwargs))
-            with tagging({cache_key: marks}):
+            token = push_tags({cache_key: marks})
+            try:
                 return await compute(cache_key, inputs, args, kwargs)
+            finally:
+                DECISION_TAGS.reset(token)
 
     else:
 

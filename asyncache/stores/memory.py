@@ -245,7 +245,7 @@ class MemoryStore:
             return self.add_now(key, value, expires_at)
         tagging, labels = found
         if self._tombstones and refused(self._tombstones, labels, tagging.since):
-            tagging.refused.add(key)
+            tagging.refuse(key)
             return Entry(value, expires_at)
         if expected is not None:
             winner = self.replace_now(key, expected, value, expires_at)

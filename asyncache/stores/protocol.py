@@ -148,7 +148,7 @@ class Forgetting(Protocol):
     ``add_many`` and ``replace``: when the door tagged the key, it stores the
     decision with the key indexed under each of its labels (``Tagging.labels``),
     atomically with the write where it can, and refuses the write (noting the
-    key in ``Tagging.refused`` and returning the candidate unstored) when a
+    key with ``Tagging.refuse`` and returning the candidate unstored) when a
     forget of any of the labels came at or after ``Tagging.since``. Indexes
     expire with their decisions. Every store of asyncache has it;
     ``asyncache.testing.ForgetContract`` tests it.

@@ -39,6 +39,8 @@ __all__ = [
     "RELEASED",
     "expiry",
     "glob_escape",
+    "in_slot",
+    "in_slot_of",
     "lease_is_live",
     "lease_name",
     "lease_value",
@@ -98,13 +100,24 @@ def lease_name(prefix: bytes, key: bytes, *, cluster: bool) -> bytes:
     otherwise a lease lives on some other node, and that node's failure would
     stop the leases (one computation per fleet) of keys whose primary is up.
     """
-    name = prefix + LEASE + key
     if not cluster:
-        return name
-    slot = _slot(prefix + key)
-    tagged = prefix + LEASE + b"{" + _slot_tags()[slot] + b"}" + key
+        return prefix + LEASE + key
+    return in_slot_of(prefix, key, LEASE, key)
+
+
+def in_slot_of(prefix: bytes, key: bytes, kind: bytes, rest: bytes) -> bytes:
+    """``prefix + kind + rest``, hash-tagged into the slot of ``key``'s decision.
+
+    What lives beside a decision on a cluster (its lease, its tag indexes) goes there.
+    """
+    return in_slot(prefix, _slot(prefix + key), kind, rest)
+
+
+def in_slot(prefix: bytes, slot: int, kind: bytes, rest: bytes) -> bytes:
+    """``prefix + kind + rest``, hash-tagged into ``slot``."""
+    tagged = prefix + kind + b"{" + _slot_tags()[slot] + b"}" + rest
     # A prefix with braces of its own may tag the name first: then keep what hashes right.
-    return tagged if _slot(tagged) == slot else name
+    return tagged if _slot(tagged) == slot else prefix + kind + rest
 
 
 MAX_EXPIRES_AT = 9.2e15

@@ -329,7 +329,7 @@ class RedisStore:
             )
         self._written += 1
         if old is REFUSED:
-            tagging.refused.add(key)
+            tagging.refuse(key)
             return Entry(value, expires_at)
         return await self._settle(bound, self.prefix + key, value, expires_at, old)
 

@@ -40,7 +40,7 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 
 from ...tags import FORGETTING_SECONDS, MARGIN, TOMBSTONE_SECONDS
-from .layout import _slot, _slot_tags, pxat
+from .layout import in_slot, in_slot_of, pxat
 
 __all__ = ["FORGOTTEN", "REFUSED", "TAGS", "add_tagged", "forget", "is_entry_name"]
 
@@ -165,14 +165,11 @@ def digest(label: bytes) -> bytes:
     return hashlib.blake2b(label, digest_size=16).hexdigest().encode()
 
 
-def index_name(prefix: bytes, label: bytes, slot: int | None) -> bytes:
-    """The index of ``label`` (on a cluster: its share in ``slot``)."""
-    name = prefix + TAGS + digest(label)
-    if slot is None:
-        return name
-    tagged = prefix + TAGS + b"{" + _slot_tags()[slot] + b"}" + digest(label)
-    # A prefix with braces of its own puts every name in its slot: then the plain name.
-    return tagged if _slot(tagged) == slot else name
+def index_name(prefix: bytes, label: bytes, key: bytes | None) -> bytes:
+    """The index of ``label`` (on a cluster: its share in the slot of ``key``'s decision)."""
+    if key is None:
+        return prefix + TAGS + digest(label)
+    return in_slot_of(prefix, key, TAGS, digest(label))
 
 
 def tombstone_name(prefix: bytes, label: bytes) -> bytes:
@@ -203,8 +200,7 @@ async def add_tagged(
     """Store a tagged decision; ``REFUSED``, ``None`` (stored) or the bytes that were there."""
     cluster = isinstance(client, RedisCluster)
     name = prefix + key
-    slot = _slot(name) if cluster else None
-    indexes = [index_name(prefix, label, slot) for label in labels]
+    indexes = [index_name(prefix, label, key if cluster else None) for label in labels]
     tombs = [] if cluster else [tombstone_name(prefix, label) for label in labels]
     expiry: bytes | int = b"" if expires_at is None else pxat(expires_at)
     now_ms = int(time.time() * 1000)
@@ -269,7 +265,7 @@ async def forget(
     for batch in batches:
         # One round trip per primary per batch: every slot of the node in one script.
         async def on(node: Any, slots: list[int], batch: Sequence[bytes] = batch) -> int:
-            keys = [index_name(prefix, label, slot) for slot in slots for label in batch]
+            keys = [in_slot(prefix, slot, TAGS, digest(label)) for slot in slots for label in batch]
             return int(
                 await client.execute_command(
                     "EVAL",

@@ -284,7 +284,7 @@ class SQLiteStore:
         self.write_queries += 1
         winner = await self._tags.add(key, value, when, labels, tagging.since)
         if winner is None:
-            tagging.refused.add(key)
+            tagging.refuse(key)
             return Entry(value, expires_at)
         return winner
 
