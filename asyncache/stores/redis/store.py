@@ -309,13 +309,11 @@ class RedisStore:
         found: tuple[Tagging, tuple[bytes, ...]],
     ) -> Entry:
         """``add`` of a decision the door tagged: one script on its key's slot."""
-        bound = await self._bound()
+        bound = await self._mapped()
         expires_at = expiry(expires_at)
         if expires_at is not None and expires_at <= time.time():
             return await self._add(bound, key, value, expires_at)  # nothing to store
         tagging, labels = found
-        if bound.cluster and not bound.gate.ready:
-            await bound.gate.ensure_ready()
         async with bound.gate:
             old = await add_tagged(
                 bound.client,
@@ -346,9 +344,7 @@ class RedisStore:
         per batch of labels (``tags``). Then ``PUBLISH`` on ``<prefix>invalidated``,
         so that memory tiers in front of this prefix, in every process, drop their copies.
         """
-        bound = await self._bound()
-        if bound.cluster and not bound.gate.ready:
-            await bound.gate.ensure_ready()
+        bound = await self._mapped()
         async with bound.gate:
             dropped = await forget_labels(
                 bound.client,
@@ -648,6 +644,13 @@ class RedisStore:
         return await (await self._bound()).leases.wait_for_entry(key, timeout)
 
     # -- internals ----------------------------------------------------------
+
+    async def _mapped(self) -> Bound:
+        """``_bound``, with a cluster's topology known (the slots' primaries)."""
+        bound = await self._bound()
+        if bound.cluster and not bound.gate.ready:
+            await bound.gate.ensure_ready()
+        return bound
 
     async def _bound(self) -> Bound:
         """What the running event loop uses: its client, gate, scripts and leases."""
