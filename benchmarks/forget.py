@@ -134,7 +134,7 @@ async def memory_per_decision(url: str, count: int) -> tuple[float, float]:
         entries = indexes = 0
         async for name in admin.scan_iter(match=b"mem:*", count=1000):
             used = await admin.memory_usage(name, samples=0) or 0
-            if name.startswith(b"mem:tags:"):
+            if name.startswith((b"mem:tags:", b"mem:labels:")):
                 indexes += used
             else:
                 entries += used
@@ -216,7 +216,7 @@ async def measure(quick: bool) -> tuple[list[Row], list[str]]:
                 notes.append(f"Redis: dropped per forget {found['dropped']}.")
                 own, indexes = await memory_per_decision(url, 2000 if quick else 20_000)
                 rows.append(Row("a decision's own key (64-byte value)", own, "bytes", "-", "-"))
-                rows.append(Row("its two tags, in the indexes", indexes, "bytes", "-", "-"))
+                rows.append(Row("its two tags: indexes and labels key", indexes, "bytes", "-", "-"))
                 hits = await hit_costs(RedisStore.from_url(url, prefix="h:"), repeats)
                 rows.extend(_hit_rows("Redis", hits))
             if cluster is not None:

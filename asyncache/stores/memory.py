@@ -190,8 +190,7 @@ class MemoryStore:
         if old is not None:
             self._bytes -= entry_size(key, old.value)
             self._unscope(key)
-            if self._labels_of:
-                self._unlabel(key)
+            # Its labels stay: a refresh replaces the decision of the same inputs and tags.
         self._data[key] = entry
         self._bytes += size
         if self.max_entries_per_scope is not None:

@@ -132,6 +132,34 @@ class ForgetContract:
         assert await store.forget([_label("doc:1")]) == 1
         assert await store.get(_key(1)) is None
 
+    async def test_a_renewed_decision_stays_forgettable(self, store: DecisionStore) -> None:
+        """A decision renewed past its first expiry (``renew_on_hit``) is still dropped."""
+        assert isinstance(store, Forgetting)
+        with tagging({_key(1): _tagged("doc:1"), _key(2): _tagged("doc:1")}):
+            await store.add(_key(1), b"renewed", time.time() + 1.0)
+            await store.add(_key(2), b"other", time.time() + HOUR)  # keeps the index in use
+        assert await store.renew(_key(1), time.time() + HOUR)
+        await _sleep(1.5)
+        with tagging({_key(3): _tagged("doc:1")}):  # a write trims expired members
+            await store.add(_key(3), b"later", time.time() + HOUR)
+        await store.prune()
+        assert await store.forget([_label("doc:1")]) == 3
+        assert await store.get(_key(1)) is None
+
+    async def test_a_refreshed_decision_stays_forgettable(self, store: DecisionStore) -> None:
+        """A refresh (``replace``, without the door's tags) keeps the decision listed."""
+        assert isinstance(store, Forgetting)
+        replace = getattr(store, "replace", None)
+        if not callable(replace):
+            pytest.skip(f"{type(store).__name__} has no replace")
+        with tagging({_key(1): _tagged("doc:1")}):
+            await store.add(_key(1), b"old", time.time() + 1.0)
+        await replace(_key(1), b"old", b"new", time.time() + HOUR)
+        await _sleep(1.5)
+        await store.prune()
+        assert await store.forget([_label("doc:1")]) == 1
+        assert await store.get(_key(1)) is None
+
     async def test_dry_run_counts_and_drops_nothing(self, store: DecisionStore) -> None:
         """``dry_run`` counts the live decisions, drops none and refuses nothing after."""
         assert isinstance(store, Forgetting)

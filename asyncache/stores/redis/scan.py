@@ -17,7 +17,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from ..protocol import Entry
 from .layout import LEASE, glob_escape, unpack
-from .tags import FORGOTTEN, TAGS
+from .tags import FORGOTTEN, LABELS, TAGS
 from .url import Client
 
 __all__ = ["count_entries", "describe_prefix", "unlink_all", "walk_entries"]
@@ -33,7 +33,7 @@ def _match(prefix: bytes) -> bytes:
 def _not_entries(prefix: bytes) -> tuple[bytes, ...]:
     """What the names under ``prefix`` that hold no entry start with: leases, tag indexes
     and tombstones (``tags``)."""
-    return (prefix + LEASE, prefix + TAGS, prefix + FORGOTTEN)
+    return (prefix + LEASE, prefix + TAGS, prefix + FORGOTTEN, prefix + LABELS)
 
 
 async def count_entries(client: Client, prefix: bytes) -> int:
@@ -113,7 +113,7 @@ async def describe_prefix(
         redis.exceptions.RedisError: a command failed.
     """
     lease_prefix = prefix + LEASE
-    indexes = (prefix + TAGS, prefix + FORGOTTEN)
+    indexes = (prefix + TAGS, prefix + FORGOTTEN, prefix + LABELS)
     now = time.time()
     entries = leases = forever = stored_bytes = 0
     first: float | None = None

@@ -19,7 +19,7 @@ from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pack, pxat, unpac
 from .loops import Bound, Command, Loops, Settings, refuse_other_loops, running_loop
 from .nodes import NodeHealth
 from .scan import count_entries, describe_prefix, unlink_all, walk_entries
-from .tags import REFUSED, add_tagged
+from .tags import REFUSED, add_tagged, index_head, labels_name
 from .tags import forget as forget_labels
 from .url import DEFAULT_PREFIX, Client, connect
 
@@ -484,10 +484,18 @@ class RedisStore:
         expires_at = expiry(expires_at)
         expiry_ms: bytes | int = b"" if expires_at is None else pxat(expires_at)
         bound = await self._bound()
+        cluster = bound.cluster
         async with bound.gate:
             current = await bound.swap(
-                keys=[name],
-                args=[expected, pack(value, expires_at), expiry_ms, bound.invalidated, key],
+                keys=[name, labels_name(self.prefix, key, cluster=cluster)],
+                args=[
+                    expected,
+                    pack(value, expires_at),
+                    expiry_ms,
+                    bound.invalidated,
+                    key,
+                    index_head(self.prefix, key, cluster=cluster),
+                ],
             )
         self._written += 1
         if current is None:
@@ -507,8 +515,12 @@ class RedisStore:
             args = [HEADER.pack(EXPIRES, expires_at), pxat(expires_at)]
         args.append(math.floor(time.time() * 1000))
         bound = await self._bound()
+        cluster = bound.cluster
+        # A tagged decision's indexes follow its expiry (its labels key names them).
+        args += [index_head(self.prefix, key, cluster=cluster), key]
+        names = [self.prefix + key, labels_name(self.prefix, key, cluster=cluster)]
         async with bound.gate:
-            renewed = await bound.renew(keys=[self.prefix + key], args=args)
+            renewed = await bound.renew(keys=names, args=args)
         return bool(renewed)
 
     async def delete(self, key: bytes) -> None:

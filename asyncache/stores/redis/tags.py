@@ -41,11 +41,24 @@ from redis.asyncio.cluster import RedisCluster
 
 from ...tags import FORGETTING_SECONDS, MARGIN, TOMBSTONE_SECONDS
 from .layout import in_slot, in_slot_of, pxat
+from .scripts import INDEX
 
-__all__ = ["FORGOTTEN", "REFUSED", "TAGS", "add_tagged", "forget", "is_entry_name"]
+__all__ = [
+    "FORGOTTEN",
+    "LABELS",
+    "REFUSED",
+    "TAGS",
+    "add_tagged",
+    "forget",
+    "index_head",
+    "is_entry_name",
+    "labels_name",
+]
 
 TAGS = b"tags:"
 """After the prefix: the tag indexes."""
+LABELS = b"labels:"
+"""After the prefix: a tagged decision's labels (their digests), expiring with it."""
 FORGOTTEN = b"forgotten:"
 """After the prefix: the tombstones."""
 OPEN = b"1e300"
@@ -53,7 +66,9 @@ OPEN = b"1e300"
 LABELS_PER_CALL = 8
 """Labels a cluster's forget sends per script (times the node's slots: its keys)."""
 
-ADD = """
+ADD = (
+    INDEX
+    + """
 local n = tonumber(ARGV[5])
 if ARGV[7] == '1' then
   for i = 1, n do
@@ -69,29 +84,26 @@ else
 end
 if old then return {0, old} end
 for i = 1, n do
-  local index = KEYS[1 + i]
-  local fresh = redis.call('EXISTS', index) == 0
-  if ARGV[2] == '' then
-    redis.call('ZADD', index, '+inf', ARGV[4])
-    redis.call('PERSIST', index)
-  else
-    redis.call('ZADD', index, ARGV[2], ARGV[4])
-    local at = redis.call('PEXPIRETIME', index)
-    if fresh or (at >= 0 and at < tonumber(ARGV[2])) then
-      redis.call('PEXPIREAT', index, ARGV[2])
-    end
-  end
-  redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. ARGV[6])
+  index(KEYS[1 + i], ARGV[2], ARGV[4])
+  redis.call('ZREMRANGEBYSCORE', KEYS[1 + i], '-inf', '(' .. ARGV[6])
+end
+if ARGV[2] == '' then
+  redis.call('SET', KEYS[#KEYS], ARGV[8])
+else
+  redis.call('SET', KEYS[#KEYS], ARGV[8], 'PXAT', ARGV[2])
 end
 return {0}
 """
+)
 """A tagged ``add``: refused (``{1}``) under a tombstone that covers its start (single
 Redis only), else ``SET NX GET`` and, when it stored, the index members.
 
-KEYS: the entry, the ``n`` indexes, the ``n`` tombstones (single Redis). ARGV: the
-stored bytes, the PXAT in ms (``""``: none), the write's start (Unix seconds), the
-member (the key), ``n``, now in ms, ``1`` to read the tombstones. Returns ``{0, old}``
-when a value was there (the caller settles it), ``{0}`` when stored.
+KEYS: the entry, the ``n`` indexes, the ``n`` tombstones (single Redis), its labels key.
+ARGV: the stored bytes, the PXAT in ms (``""``: none), the write's start (Unix seconds),
+the member (the key), ``n``, now in ms, ``1`` to read the tombstones, the labels' digests
+(for ``RENEW`` and ``SWAP``, which keep the indexes up with a renewed or refreshed
+decision). Returns ``{0, old}`` when a value was there (the caller settles it), ``{0}``
+when stored.
 """
 
 TAKE_BACK = """
@@ -172,6 +184,16 @@ def index_name(prefix: bytes, label: bytes, key: bytes | None) -> bytes:
     return in_slot_of(prefix, key, TAGS, digest(label))
 
 
+def labels_name(prefix: bytes, key: bytes, *, cluster: bool) -> bytes:
+    """The key naming the labels of ``key``'s decision (their digests), in its slot."""
+    return in_slot_of(prefix, key, LABELS, key) if cluster else prefix + LABELS + key
+
+
+def index_head(prefix: bytes, key: bytes, *, cluster: bool) -> bytes:
+    """What the names of ``key``'s decision's indexes start with (a digest follows)."""
+    return in_slot_of(prefix, key, TAGS, b"") if cluster else prefix + TAGS
+
+
 def tombstone_name(prefix: bytes, label: bytes) -> bytes:
     """The tombstone of ``label``."""
     return prefix + FORGOTTEN + digest(label)
@@ -180,7 +202,7 @@ def tombstone_name(prefix: bytes, label: bytes) -> bytes:
 def is_entry_name(name: bytes, prefix: bytes) -> bool:
     """Whether ``name`` (under ``prefix``) is not an index or a tombstone."""
     rest = name[len(prefix) :]
-    return not (rest.startswith(TAGS) or rest.startswith(FORGOTTEN))
+    return not rest.startswith((TAGS, FORGOTTEN, LABELS))
 
 
 REFUSED = object()
@@ -205,8 +227,17 @@ async def add_tagged(
     expiry: bytes | int = b"" if expires_at is None else pxat(expires_at)
     now_ms = int(time.time() * 1000)
     reply = await _script(client, "add", ADD)(
-        keys=[name, *indexes, *tombs],
-        args=[stored, expiry, repr(since), key, len(labels), now_ms, 0 if cluster else 1],
+        keys=[name, *indexes, *tombs, labels_name(prefix, key, cluster=cluster)],
+        args=[
+            stored,
+            expiry,
+            repr(since),
+            key,
+            len(labels),
+            now_ms,
+            0 if cluster else 1,
+            b"".join(digest(label) for label in labels),
+        ],
     )
     if reply[0] == 1:
         return REFUSED

@@ -23,6 +23,7 @@ __all__ = [
     "EVICT_EXPIRING",
     "EVICT_FOREVER",
     "EXPIRED_AT",
+    "FOLLOW_TAGS",
     "FORGOTTEN_OLD",
     "GET_CHUNK",
     "GET_ONE",
@@ -195,6 +196,7 @@ TAG_TABLES = (
         PRIMARY KEY (label, key)
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS asyncache_tags_expires_at ON asyncache_tags (expires_at)",
+    "CREATE INDEX IF NOT EXISTS asyncache_tags_key ON asyncache_tags (key)",
     """CREATE TABLE IF NOT EXISTS asyncache_forgotten (
         label BLOB PRIMARY KEY NOT NULL,
         until REAL NOT NULL
@@ -209,6 +211,8 @@ ON CONFLICT (label, key) DO UPDATE SET expires_at = CASE
 TOMBSTONE = """INSERT INTO asyncache_forgotten (label, until) VALUES (?1, ?2)
 ON CONFLICT (label) DO UPDATE SET until = max(until, excluded.until)"""
 PRUNE_TAGS = "DELETE FROM asyncache_tags WHERE expires_at <= ?1"
+# A renewed or refreshed decision's index rows follow its expiry: ?1 key, ?2 expiry.
+FOLLOW_TAGS = "UPDATE asyncache_tags SET expires_at = ?2 WHERE key = ?1"
 FORGOTTEN_OLD = "DELETE FROM asyncache_forgotten WHERE until <= ?1"
 
 

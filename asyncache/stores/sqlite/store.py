@@ -308,7 +308,10 @@ class SQLiteStore:
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Move a live entry's expiry; ``False`` when there is none."""
-        rows = await self._database.execute(RENEW, (time.time(), storable_expiry(expires_at), key))
+        when = storable_expiry(expires_at)
+        rows = await self._database.execute(RENEW, (time.time(), when, key))
+        if rows:
+            await self._tags.follow(key, when)
         return bool(rows)
 
     async def delete(self, key: bytes) -> None:
@@ -333,6 +336,8 @@ class SQLiteStore:
         rows = await self._database.execute(REPLACE, (time.time(), key, value, when, expected))
         self.write_queries += 1
         stored, stored_expiry = rows[0]
+        if stored == value:
+            await self._tags.follow(key, when)
         return Entry(stored, None if stored_expiry is None else float(stored_expiry))
 
     async def expired_at(self, key: bytes) -> float | None:

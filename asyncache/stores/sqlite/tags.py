@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from ...tags import MARGIN, TOMBSTONE_SECONDS
 from ..protocol import Entry
 from .sql import (
+    FOLLOW_TAGS,
     FORGOTTEN_OLD,
     INDEX_KEY,
     PRUNE_TAGS,
@@ -110,15 +111,26 @@ class TagIndex:
                 progress(done, len(chunks))
         return dropped
 
-    async def prune(self, now: float) -> None:
-        """Drop the index rows of expired decisions and the tombstones past their keeping."""
+    async def follow(self, key: bytes, expires_at: float | None) -> None:
+        """A renewed or refreshed decision's index rows take its new expiry (if it has rows)."""
+        if await self._exists():
+            await self._execute(FOLLOW_TAGS, (key, expires_at))
+
+    async def _exists(self) -> bool:
+        """Whether the file has the tag tables (this store, or another, made them)."""
         if not self._created:
             rows = await self._read(
                 "SELECT count(*) FROM sqlite_master WHERE name = 'asyncache_tags'", ()
             )
             if not rows[0][0]:
-                return
-            self._created = True
+                return False
+            await self._create()  # the indexes of this asyncache too
+        return True
+
+    async def prune(self, now: float) -> None:
+        """Drop the index rows of expired decisions and the tombstones past their keeping."""
+        if not await self._exists():
+            return
         await self._execute(PRUNE_TAGS, (now,))
         await self._execute(FORGOTTEN_OLD, (now - TOMBSTONE_SECONDS,))
 
