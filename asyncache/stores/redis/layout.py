@@ -11,6 +11,10 @@
     <prefix>lease:released  the pub/sub channel a released lease is announced on
     <prefix>invalidated     the pub/sub channel ``clear`` (empty message) and
                             ``delete`` (the key) are announced on
+    <prefix>tags:...        tag indexes, a tagged decision's labels and the
+    <prefix>labels:...      tombstones of forgotten labels (``tags``); on a
+    <prefix>forgotten:...   cluster the first two in their decision's slot
+                            (``in_slot_of``)
 
 The header is a tag byte and the expiry as a big-endian IEEE double (Unix
 seconds; the tag says whether there is one). A value that does not start with
