@@ -7,6 +7,10 @@
                                       +inf); on a cluster one per hash slot,
                                       ``<prefix>tags:{<tag>}<digest>``, in the slot of
                                       the decisions it lists
+    <prefix>labels:<key>              a tagged decision's labels (their digests),
+                                      expiring with it: ``RENEW`` and ``SWAP`` read it
+                                      to keep the indexes up with a renewed or
+                                      refreshed decision; on a cluster in its slot
     <prefix>forgotten:<digest>        a forgotten label's tombstone: until when writes
                                       that began earlier are refused (Unix seconds)
 
@@ -51,7 +55,6 @@ __all__ = [
     "add_tagged",
     "forget",
     "index_head",
-    "is_entry_name",
     "labels_name",
 ]
 
@@ -197,12 +200,6 @@ def index_head(prefix: bytes, key: bytes, *, cluster: bool) -> bytes:
 def tombstone_name(prefix: bytes, label: bytes) -> bytes:
     """The tombstone of ``label``."""
     return prefix + FORGOTTEN + digest(label)
-
-
-def is_entry_name(name: bytes, prefix: bytes) -> bool:
-    """Whether ``name`` (under ``prefix``) is not an index or a tombstone."""
-    rest = name[len(prefix) :]
-    return not rest.startswith((TAGS, FORGOTTEN, LABELS))
 
 
 REFUSED = object()
