@@ -23,7 +23,6 @@ from .engine import (
     StoreGuard,
     TtlHook,
     forget,
-    get_or_compute_many,
 )
 from .errors import ConfigurationError
 from .keys import KeyBuilder
@@ -428,7 +427,7 @@ class DecisionCache:
             BaseException: the first failed item's exception, after every other
                 item was stored.
         """
-        return await get_or_compute_many(self.engine, keys, compute, inputs)
+        return await self.engine.get_or_compute_many(keys, compute, inputs)
 
     async def lookup(self, key: bytes) -> Decoded | None:
         """Return the live decoded decision under ``key`` and count the hit, or ``None``.

@@ -44,6 +44,7 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 
 from ...tags import FORGETTING_SECONDS, MARGIN, TOMBSTONE_SECONDS
+from .driver import primaries_with_slots
 from .layout import in_slot, in_slot_of, pxat
 from .scripts import INDEX
 
@@ -280,14 +281,9 @@ async def forget(
         return dropped
     if not dry_run:
         await _tombstones(pipeline, prefix, labels, OPEN, int(FORGETTING_SECONDS))
-    if not client.nodes_manager.slots_cache:
-        await client.initialize()
-    by_node: dict[str, tuple[Any, list[int]]] = {}
-    for slot, nodes in client.nodes_manager.slots_cache.items():
-        primary = nodes[0]
-        by_node.setdefault(primary.name, (primary, []))[1].append(slot)
+    primaries = await primaries_with_slots(client)
     batches = [labels[i : i + LABELS_PER_CALL] for i in range(0, len(labels), LABELS_PER_CALL)]
-    total = len(batches) * len(by_node)
+    total = len(batches) * len(primaries)
     done = 0
     dropped = 0
     for batch in batches:
@@ -310,7 +306,7 @@ async def forget(
                 )
             )
 
-        for count in await asyncio.gather(*(on(node, slots) for node, slots in by_node.values())):
+        for count in await asyncio.gather(*(on(node, slots) for node, slots in primaries)):
             dropped += count
             done += 1
             if progress is not None:

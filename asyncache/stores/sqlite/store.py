@@ -338,6 +338,9 @@ class SQLiteStore:
         stored, stored_expiry = rows[0]
         if stored == value:
             await self._tags.follow(key, when)
+            # The other processes' tiers drop their copy of what was replaced, as after
+            # a delete (a refresh's new decision is read from the file next).
+            await self._drops.record(key)
         return Entry(stored, None if stored_expiry is None else float(stored_expiry))
 
     async def expired_at(self, key: bytes) -> float | None:
