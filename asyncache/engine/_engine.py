@@ -40,7 +40,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from ..codec import Decoded, InflatesPastCap, decode, encode
 from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
@@ -62,6 +62,9 @@ from ._freshness import (
 from ._guard import StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
+
+if TYPE_CHECKING:  # loaded with audits only
+    from ._trust import Trust
 
 __all__ = [
     "MISS",
@@ -198,6 +201,8 @@ class Engine:
         # The hit path tests this one attribute: None unless audits are sampled.
         self.sampler: Sampler | None = None
         self.leases: Leasing | None = None
+        # Audit windows and the wrong-rate bound (asyncache.engine._trust); with audits only.
+        self.trust: Trust | None = None
         # Told when each flight starts and ends (the OpenTelemetry adapter's spans).
         self.observer: FlightObserver | None = None
         self._renewing: set[bytes] = set()
@@ -252,6 +257,7 @@ class Engine:
         entry: Entry,
         made: Callable[[Any], Any] | None = None,
         uses: int = 1,
+        audited: bool = False,
     ) -> Any:
         """A hit on ``entry``: its decision (``made(decision)`` when ``made`` is given),
         counted ``uses`` times, its expiry maybe pushed out.
@@ -267,6 +273,11 @@ class Engine:
             StaleHit: the entry is past its ttl (``asyncache.engine._freshness``).
             ErrorHit: the entry is a cached error; its ``error`` is for the caller.
             Exception: whatever ``made`` raised (the caller answers in full instead).
+
+        ``audited``: the door audits this hit; with ``max_wrong_rate``, a hit its
+        namespace has not earned trust for is raised as a ``StaleHit`` outside
+        every window, which each door computes as a miss that replaces the entry
+        (``asyncache.engine._trust``).
         """
         value = entry.value
         known = self.recent.get(key, value, made)
@@ -293,6 +304,8 @@ class Engine:
             fresh_until = entry.expires_at - windows
             if now >= fresh_until:
                 raise StaleHit(result, entry, revalidate=now < fresh_until + revalidate)
+        if audited and self.trust is not None and self.trust.doubts(key, entry):
+            raise StaleHit(result, entry, revalidate=False)
         stats = self.stats
         stats.hits += uses
         stats.compute_seconds_saved += saved * uses
@@ -415,7 +428,7 @@ class Engine:
         stale: StaleHit | None = None
         if entry is not None:
             try:
-                value = self.hit(key, entry)
+                value = self.hit(key, entry, audited=audit)
             except DecodeError as exc:
                 if mode == "replay":
                     self.stats.corrupt += 1
@@ -462,7 +475,7 @@ class Engine:
         if entry is None:
             return MISS
         try:
-            value = self.hit(key, entry)
+            value = self.hit(key, entry, audited=recompute is not None)
         except DecodeError as exc:
             if self.mode == "replay":
                 self.stats.corrupt += 1
@@ -902,6 +915,11 @@ class Engine:
         if prepared is None:
             return result
         value, expires_at = prepared
+        if replacing is not None and self.trust is not None:
+            # A doubted hit's computation is judged first; agreeing, the entry stands.
+            stands = self.trust.judge_doubted(key, replacing, result, inputs)
+            if stands is not None:
+                return stands.value  # type: ignore[no-any-return]
         if replacing is None:
             if self.store_wait and self.leases is not None:
                 # The waiting mode: a decision made under a lease that is not stored

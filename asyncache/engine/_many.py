@@ -72,7 +72,7 @@ async def get_or_compute_many(
         entry = found_entries[key]
         if entry is not None:
             try:
-                found[key] = engine.hit(key, entry, uses=uses[key])
+                found[key] = engine.hit(key, entry, uses=uses[key], audited=True)
             except DecodeError as exc:
                 if mode == "replay":  # nothing is deleted: the error says what is wrong
                     stats.corrupt += 1

@@ -47,6 +47,7 @@ from ._engine import MISS, Unshared, replay_miss
 from ._flights import Flight, copy_for_caller, error_for_caller
 from ._freshness import Freshness, StaleHit, overridden
 from ._runtime import cancelled, is_cancellation, spawn
+from ._trust import judged_as
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -92,6 +93,7 @@ async def cached_stream(
     pace: bool = False,
     max_chunks: int = 10_000,
     freshness: Freshness | None = None,
+    namespace: str | None = None,
 ) -> AsyncGenerator[Any, None]:
     """The chunks of the decision for ``key``: replayed from the store, or produced live.
 
@@ -106,6 +108,7 @@ async def cached_stream(
         max_chunks: past this many chunks a stream is not stored.
         freshness: the function's own freshness settings (the cache's when
             ``None``), for the computation this caller starts or refreshes.
+        namespace: the audit window judging its hits (``asyncache.engine._trust``).
 
     Raises:
         ReplayMiss: ``mode="replay"`` and the store does not hold the stream (before
@@ -115,10 +118,20 @@ async def cached_stream(
     mode = engine.mode
     serving = mode == "live" or mode == "replay"
     flow: AsyncGenerator[Any, None] | None = None
+    stale: StaleHit | None = None
     if serving:
         flight = engine.streaming(key)
         if flight is None:
-            stored = await _lookup(engine, key, produce, inputs, rebuild, pace, freshness)
+            judged = None if namespace is None else judged_as.set(namespace)
+            try:
+                stored = await _lookup(engine, key, produce, inputs, rebuild, pace, freshness)
+            finally:
+                if judged is not None:
+                    judged_as.reset(judged)
+            if isinstance(stored, StaleHit):
+                # Within stale-if-error, or doubted (_trust): computed as a miss that
+                # replaces the entry it read.
+                stale, stored = stored, None
             if stored is not None:
                 chunks, seconds = stored
                 # Rebuilt already: a chunk that does not fit made the entry a miss.
@@ -143,6 +156,7 @@ async def cached_stream(
             max_chunks,
             listed=serving and engine.coalesce,
             freshness=freshness,
+            stale=stale,
         )
     async with aclosing(flow):
         async for chunk in flow:
@@ -157,9 +171,10 @@ async def _lookup(
     rebuild: Callable[[Any], Any] | None,
     pace: bool,
     freshness: Freshness | None = None,
-) -> tuple[list[Any], float] | None:
+) -> tuple[list[Any], float] | StaleHit | None:
     """The stored chunks under ``key`` (a hit, counted, maybe audited) and the seconds
-    the stream took (``pace`` only), or ``None``."""
+    the stream took (``pace`` only), ``None``, or the ``StaleHit`` a computation
+    replaces (within stale-if-error, or a doubted hit)."""
     seconds = 0.0
     if pace:
         decoded = await engine.lookup(key)
@@ -177,7 +192,7 @@ async def _lookup(
         )
         if isinstance(value, StaleHit):
             if not value.revalidate:
-                return None  # within stale-if-error only: computed afresh, as a miss
+                return value  # within stale-if-error only: computed afresh, as a miss
             # Served at once; one refresh collects the whole stream and replaces it.
             with _own(freshness):  # the refresh's task starts here, with its settings
                 value = engine.serve_stale(key, value, recompute, inputs)
@@ -271,8 +286,10 @@ async def _lead(
     *,
     listed: bool,
     freshness: Freshness | None = None,
+    stale: StaleHit | None = None,
 ) -> AsyncGenerator[Any, None]:
-    """Start the stream's computation and read it as its first caller."""
+    """Start the stream's computation and read it as its first caller (in place of
+    ``stale``'s entry, when it read one)."""
     framing = ChunkFraming()
     # Past max_chunks chunks the stream stops being kept (the piece that ends a stream of
     # exactly max_chunks comes after its decision was taken).
@@ -285,7 +302,7 @@ async def _lead(
         return await _generate(engine, broadcast, produce)
 
     with _own(freshness):  # the tasks started here store with the function's settings
-        _start(engine, key, broadcast, compute, inputs, listed=listed)
+        _start(engine, key, broadcast, compute, inputs, listed=listed, stale=stale)
     async with aclosing(_read(broadcast, reader)) as chunks:
         async for chunk in chunks:
             yield chunk
@@ -302,6 +319,7 @@ def _start(
     inputs: Any,
     *,
     listed: bool,
+    stale: StaleHit | None = None,
 ) -> None:
     """Start the stream's computation: a task that hands its decision to the readers."""
     outcome: Awaitable[Any]
@@ -309,9 +327,13 @@ def _start(
         # Taken off before this caller first awaits, so that an identical caller that
         # runs next finds the stream on the flight and reads it live.
         engine.stats.misses += 1
-        outcome = _landed(engine.take_off(key, compute, inputs, stream=broadcast))
+        replacing = None if stale is None else stale.entry.value
+        outcome = _landed(
+            engine.take_off(key, compute, inputs, stream=broadcast, replacing=replacing)
+        )
     elif listed:
-        outcome = engine.miss(key, compute, inputs, stream=broadcast)  # a flight not shared live
+        # A flight not shared live.
+        outcome = engine.miss(key, compute, inputs, stream=broadcast, stale=stale)
     elif engine.mode == "live" or engine.mode == "replay":
         outcome = engine.compute(key, compute, inputs)  # coalesce=False
     else:
