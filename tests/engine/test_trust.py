@@ -1,0 +1,227 @@
+"""Trust (issue 35): the wrong-rate bound, its breaches, repairs and where it is kept.
+
+The doors x stores rows (decorator, ``.many()``, micro-batching, the middleware
+on memory, SQLite and Redis) are in tests/test_matrix.py (``trust-*``); here
+the bound's arithmetic, streams, ``audit_replace=False``, compare-and-set,
+``on_breach`` as a coroutine, and replicas with leases keeping their own windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scipy.stats import beta
+
+from asyncache import DecisionCache, cached_prediction, open_store
+from asyncache.engine._trust import needed_audits, upper_bound
+
+from ..support import GENEROUS_REDIS_TIMEOUTS
+
+WAIT_TIMEOUT = 60.0  # a hang guard, never a timing assertion
+TRUST = {"audit_rate": 1.0, "max_wrong_rate": 0.2, "trust_window": 20, "store_timeout": 30.0}
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "memory":
+        yield "memory://"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'trust.db'}"
+    else:
+        redis_url: str = request.getfixturevalue("redis_url")
+        prefix: str = request.getfixturevalue("redis_prefix")
+        yield f"{redis_url}?prefix={prefix}&{GENEROUS_REDIS_TIMEOUTS}"
+
+
+@pytest.mark.parametrize(
+    ("mismatched", "audits"), [(0, 1), (0, 299), (1, 100), (4, 1000), (37, 500), (999, 1000)]
+)
+def test_the_bound_is_clopper_pearson(mismatched: int, audits: int) -> None:
+    # The one-sided upper bound is the beta quantile; found here without scipy.
+    expected = beta.ppf(0.95, mismatched + 1, audits - mismatched)
+    assert upper_bound(mismatched, audits, 0.95) == pytest.approx(expected, rel=1e-6)
+
+
+def test_agreeing_audits_that_earn_trust() -> None:
+    assert needed_audits(0.01) == 299  # "about 300 for 1% at 95%" (docs/audit.md)
+    assert upper_bound(0, 299, 0.95) <= 0.01 < upper_bound(0, 298, 0.95)
+    assert needed_audits(0.2) == 14
+    assert upper_bound(0, 0, 0.95) == 1.0
+
+
+def test_max_wrong_rate_needs_audits() -> None:
+    with pytest.raises(ValueError, match="audit_rate"):
+        DecisionCache(max_wrong_rate=0.01)
+    with pytest.raises(ValueError, match="max_wrong_rate"):
+        DecisionCache(audit_rate=0.1, max_wrong_rate=1.5)
+
+
+async def _earn(call: Callable[[], Any], cache: DecisionCache) -> None:
+    for _ in range(40):
+        if cache.trust() and all(report.serving for report in cache.trust().values()):
+            return
+        await call()
+        await asyncio.sleep(0)
+    raise AssertionError(f"trust never earned: {cache.trust()}")
+
+
+async def test_a_stream_breaches_repairs_and_streams_fresh_chunks(store_url: str) -> None:
+    answer = {"word": "old"}
+    runs = []
+    async with DecisionCache(open_store(store_url), **TRUST) as cache:
+
+        @cached_prediction(cache, namespace="tokens")
+        async def tokens(prompt: str) -> AsyncIterator[str]:
+            runs.append(prompt)
+            for word in (prompt, answer["word"]):
+                yield word
+
+        async def chunks() -> list[str]:
+            async with aclosing(tokens("p")) as stream:
+                return [chunk async for chunk in stream]
+
+        assert await chunks() == ["p", "old"]
+        await _earn(chunks, cache)
+        assert cache.stats()["doubt_computes"] >= 14
+        answer["word"] = "new"
+        assert await chunks() == ["p", "old"]  # trusted: served; its audit disagrees
+        await until(lambda: cache.stats()["repairs"] == 1)
+        stats = cache.stats()
+        assert stats["breaches"] == 1 and stats["audit_mismatched"] == 1, stats
+        assert cache.trust()["tokens"].serving is False
+        runs.clear()
+        assert await chunks() == ["p", "new"]  # in doubt: computed, judged (agrees: repaired)
+        assert runs == ["p"]
+        assert cache.stats()["doubt_computes"] == stats["doubt_computes"] + 1
+
+    if store_url == "memory://":
+        return  # the store went with its cache
+    async with DecisionCache(open_store(store_url), store_timeout=30.0) as plain:
+
+        @cached_prediction(plain, namespace="tokens")
+        async def again(prompt: str) -> AsyncIterator[str]:
+            yield "never"
+
+        async with aclosing(again("p")) as stream:
+            assert [chunk async for chunk in stream] == ["p", "new"]  # the repaired entry
+
+
+async def test_audit_replace_false_keeps_the_stored_decision() -> None:
+    answer = {"value": "old"}
+    async with DecisionCache(audit_rate=1.0, audit_replace=False) as cache:
+
+        @cached_prediction(cache, namespace="f")
+        async def f(x: int) -> str:
+            return answer["value"]
+
+        assert await f(1) == "old"
+        answer["value"] = "new"
+        assert await f(1) == "old"
+        await until(lambda: cache.stats()["audits"] == 1)
+        assert await f(1) == "old"  # kept: today's behaviour
+        await until(lambda: cache.stats()["audits"] == 2)
+        stats = cache.stats()
+        assert stats["audit_mismatched"] == 2 and stats["repairs"] == 0, stats
+        # Measured all the same, without a limit: nothing is doubted.
+        report = cache.trust()["f"]
+        assert report.serving and report.mismatched == 2 and report.upper > 0.5, report
+
+
+async def test_an_audit_never_overwrites_a_newer_decision() -> None:
+    gate = asyncio.Event()
+    answer = {"value": "old"}
+    async with DecisionCache(audit_rate=1.0) as cache:
+
+        @cached_prediction(cache)
+        async def f(x: int) -> str:
+            if answer["value"] == "new":
+                await gate.wait()  # the audit's recomputation waits here
+            return answer["value"]
+
+        assert await f(1) == "old"
+        answer["value"] = "new"
+        assert await f(1) == "old"  # a hit; its audit starts and waits
+        await until(lambda: cache.engine.auditor is not None and cache.engine.auditor.running)
+        key = f.key(1)
+        # Meanwhile another writer stores a newer decision (record mode's delete + add;
+        # not closed here: it shares the store).
+        writer = DecisionCache(cache.store, mode="record")
+        assert await writer.get_or_compute(key, _constant("newest")) == "newest"
+        gate.set()
+        await until(lambda: cache.stats()["audits"] == 1)
+        await asyncio.sleep(0.01)
+        assert cache.stats()["repairs"] == 0
+        reader = DecisionCache(cache.store)
+        assert await reader.get_or_compute(key, _constant("computed")) == "newest"
+
+
+def _constant(value: str) -> Callable[[], Any]:
+    async def compute() -> str:
+        return value
+
+    return compute
+
+
+async def test_on_breach_may_be_a_coroutine_function() -> None:
+    told: list[tuple[str, Any]] = []
+    answer = {"value": "old"}
+
+    async def on_breach(namespace: str, report: Any) -> None:
+        await asyncio.sleep(0)
+        told.append((namespace, report))
+
+    async with DecisionCache(on_breach=on_breach, **TRUST) as cache:
+
+        @cached_prediction(cache, namespace="scored")
+        async def f(x: int) -> str:
+            return answer["value"]
+
+        await _earn(lambda: f(1), cache)
+        answer["value"] = "new"
+        assert await f(1) == "old"
+        await until(lambda: len(told) == 1)
+        [(namespace, report)] = told
+        assert namespace == "scored" and not report.serving and report.breaches == 1
+
+
+async def test_replicas_with_leases_keep_their_own_windows(tmp_path: Path) -> None:
+    """Two replicas on one SQLite file, leases on: a breach on one is not the other's."""
+    answer = {"value": "old"}
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    options = {**TRUST, "leases": True, "lease_ttl": 30.0}
+    async with (
+        DecisionCache(open_store(url), **options) as first,
+        DecisionCache(open_store(url), **options) as second,
+    ):
+
+        def predictor(cache: DecisionCache) -> Any:
+            @cached_prediction(cache, namespace="fleet")
+            async def f(x: int) -> str:
+                return answer["value"]
+
+            return f
+
+        f1, f2 = predictor(first), predictor(second)
+        await _earn(lambda: f1(1), first)
+        await _earn(lambda: f2(1), second)
+        answer["value"] = "new"
+        assert await f1(1) == "old"
+        await until(lambda: first.stats()["repairs"] == 1)  # under its lease, in place
+        assert first.trust()["fleet"].serving is False
+        assert second.trust()["fleet"].serving is True  # its own window: no breach
+        assert second.stats()["breaches"] == 0
+        assert await f2(1) == "new"  # the repaired decision, read through the store
+        assert await f1(1) == "new"  # in doubt: computed under the lease, agreeing
