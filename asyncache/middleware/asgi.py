@@ -30,6 +30,7 @@ from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
 from .request import (
     FORWARDING,
     REMEMBERED_BODY_BYTES,
+    BodyBudget,
     BodyReplay,
     RequestHeads,
     RequestKeys,
@@ -87,6 +88,11 @@ class DecisionCacheMiddleware:
             whatever this says (they answer one request's ``Range`` or validators).
         max_body_bytes: request bodies larger than this bypass the cache; the
             app still receives them whole.
+        max_held_body_bytes: the most request bytes held, across all requests,
+            while their bodies arrive (clients that declare large bodies and
+            stall would otherwise hold ``max_body_bytes`` each): past it, a
+            body being read bypasses the cache (``body_budget``), handed to the
+            app as it stands.
         credentials: request headers that make a request private, in any
             case and with ``-`` or ``_`` alike (``x_api_key`` is ``X-Api-Key``).
         forwarding: what to do with a request that carries a forwarding header
@@ -100,7 +106,8 @@ class DecisionCacheMiddleware:
             run of the app to start its answer before running the app itself,
             in seconds. ``None`` (the default): a few times the route's
             typical run (``FOLLOWER_FACTOR`` times the moving average of the
-            runs whose answer could be shared, at least ``FOLLOWER_FLOOR``),
+            runs whose answer could be shared, or their slowest recent one
+            when longer, at least ``FOLLOWER_FLOOR``),
             and the cache's ``coalesce_timeout`` until one was timed. Never
             longer than ``coalesce_timeout``.
         fingerprint: the model's fingerprint for these routes; the cache's by default.
@@ -156,6 +163,7 @@ class DecisionCacheMiddleware:
         admit: AdmitResponse | None = None,
         statuses: Iterable[int] = (200,),
         max_body_bytes: int = 1024 * 1024,
+        max_held_body_bytes: int = 64 * 1024 * 1024,
         credentials: Iterable[str] = ("authorization", "cookie"),
         fingerprint: str | Mapping[str, Any] | None = None,
         status_header: str | None = "X-Cache",
@@ -177,10 +185,13 @@ class DecisionCacheMiddleware:
             raise ValueError('forwarding must be "bypass" or "key"')
         if max_body_bytes < 0:
             raise ValueError("max_body_bytes must not be negative")
+        if max_held_body_bytes < 0:
+            raise ValueError("max_held_body_bytes must not be negative")
         self.app = app
         self.cache = cache
         self._engine = cache.engine  # made with the cache, never replaced
         self.max_body_bytes = max_body_bytes
+        self._bodies = BodyBudget(max_held_body_bytes)
         self.stats: MiddlewareStats = middleware_stats(cache)
         self._routes = RouteTable(routes if routes is not None else paths)
         self._exact_routes = self._routes.exact
@@ -290,8 +301,11 @@ class DecisionCacheMiddleware:
                 received = (message, last)
         replay: list[Message] | None = None  # None: whole_body(), made only when the app runs
         if received:
-            read = await read_body(receive, self.max_body_bytes, *received)
+            read = await read_body(receive, self.max_body_bytes, *received, budget=self._bodies)
             if read.body is None:
+                # What was read is the app's now (read.replay): kept here, it would stay
+                # for as long as the request.
+                del message, body, received
                 replay_receive = BodyReplay(read.replay, receive)
                 await self._bypass(scope, replay_receive, send, read.reason or "body_incomplete")
                 return

@@ -309,7 +309,9 @@ class Exchange:
             while True:
                 message = broadcast.take(reader)
                 if message is None:
-                    if broadcast.ended:
+                    if broadcast.ended or reader.detached:
+                        # Detached: this client lagged the others by too much; its
+                        # response ends here, incomplete, and the server closes it.
                         return
                     await broadcast.changed().wait()
                     continue
@@ -382,9 +384,12 @@ class Exchange:
     ) -> None:
         settings = self.settings
         engine = settings.engine
+        followed: Flight[Any] | None = None
         try:
             if listed:
                 # The lookup was made (run()); a run already in progress is followed there.
+                # (Found now, as miss() finds it: its failure says why a stale answer came.)
+                followed = engine.flights.get(self.key) if stale is not None else None
                 value = await engine.miss(
                     self.key,
                     runner.compute,
@@ -420,6 +425,10 @@ class Exchange:
                 broadcast.fail(exc)
         else:
             if runner.app is None:
+                if followed is not None and stale is not None and value is stale.value:
+                    # The run this request followed failed and the stale response
+                    # answers it too, as it answers that run's own requests.
+                    self.source = f"stale:{failure_of(followed.error)}"
                 broadcast.resolve(value, self.source)
             else:
                 # First decision wins: a whole response goes out once the store decided,
@@ -431,6 +440,11 @@ class Exchange:
         finally:
             broadcast.joinable = False
             broadcast.settled.set()
+
+
+def failure_of(error: BaseException | None) -> str:
+    """Why a run a stale response answered failed: its status (``"503"``) or ``"error"``."""
+    return error.status if type(error) is FailedAnswer else "error"
 
 
 async def refuse_in_replay(send: Send, settings: ExchangeSettings, message: str) -> None:

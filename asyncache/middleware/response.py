@@ -8,7 +8,8 @@ which answer one request's ``Range`` or validators), no ``Set-Cookie`` (nor
 any spelling ``freshness.cache_control`` reads), no ``Pragma: no-cache``, no
 ``Expires`` in the past (``0`` included) unless ``Cache-Control`` gives a
 lifetime, no ``Vary`` on something the key does not hold, no event stream, no
-file sent by path, a body under the cap, and the user's ``admit`` hook agreeing.
+file sent by path, no ``Content-Encoding`` unless the key holds ``Accept-Encoding``
+(the route's ``vary``), a body under the cap, and the user's ``admit`` hook agreeing.
 A response that gives a lifetime is stored for no longer than what is left of
 it (``freshness``), and its ``Age`` is not stored: a hit computes it.
 
@@ -74,6 +75,9 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
+# RFC 9110 11.6.3, 11.7.3: what the server says of one client's authentication (its
+# next nonce...). Another client's hit must not get it: never stored.
+_ONE_CLIENTS = frozenset({b"authentication-info", b"proxy-authentication-info"})
 _PRIVATE_DIRECTIVES = frozenset({"no-store", "private", "no-cache"})
 _LIFETIMES = ("max-age", "s-maxage")
 _COOKIES = frozenset({b"set-cookie", b"set-cookie2"})
@@ -166,6 +170,13 @@ def refusal(
         elif name == b"content-type":
             if value.lstrip().lower().startswith(b"text/event-stream"):
                 return "event_stream"
+        elif name == b"content-encoding":
+            # Encoded bytes answer the request's Accept-Encoding: replayed to a client
+            # that did not accept them, they are garbage to it. Stored only when the key
+            # tells such clients apart, whether or not the app said Vary.
+            coding = value.strip().lower()
+            if coding and coding != b"identity" and b"accept-encoding" not in keyed:
+                return "encoded_unkeyed"
         elif name == b"content-length":
             try:
                 too_large = too_large or int(value) > limit
@@ -219,7 +230,8 @@ def to_value(
     head: bool = False,
     born: float | None = None,
 ) -> list[Any]:
-    """The stored form of ``response``, without hop-by-hop headers nor those in ``drop``.
+    """The stored form of ``response``, without hop-by-hop headers, ``Authentication-Info``
+    (one client's), nor those in ``drop``.
 
     ``[status, headers, body, length_at, born]``, ``born`` last only when
     given (when the response was generated: a hit's ``Age`` counts from it,
@@ -238,7 +250,7 @@ def to_value(
     length_at = -1
     for name, value in response.headers:
         lowered = name.lower()
-        if lowered in HOP_BY_HOP or lowered in drop or lowered in listed:
+        if lowered in HOP_BY_HOP or lowered in drop or lowered in listed or lowered in _ONE_CLIENTS:
             continue
         if lowered == b"age" and born is not None:
             continue
