@@ -17,11 +17,9 @@ its own evidence.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import Decoded
 from ..errors import DecodeError
 from ..stores.protocol import Entry
+from ._audit import call_hook
 
 if TYPE_CHECKING:
     from ._audit import Auditor
@@ -285,7 +284,7 @@ class Trust:
             limit,
         )
         if self.on_breach is not None:
-            self._tell(namespace, self._report(window))
+            call_hook(self._engine, "on_breach", self.on_breach, namespace, self._report(window))
 
     def _report(self, window: _Window) -> TrustReport:
         audits = len(window.outcomes)
@@ -311,21 +310,3 @@ class Trust:
             ),
             default=0.0,
         )
-
-    def _tell(self, namespace: str, report: TrustReport) -> None:
-        assert self.on_breach is not None
-        try:
-            outcome = self.on_breach(namespace, report)
-        except Exception as exc:
-            self._engine.log.warning("on_breach", "asyncache: on_breach raised: %r", exc)
-            return
-        if inspect.isawaitable(outcome):
-            self._engine.spawn(self._await_hook(outcome))
-
-    async def _await_hook(self, outcome: Awaitable[Any]) -> None:
-        try:
-            await outcome
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._engine.log.warning("on_breach", "asyncache: on_breach raised: %r", exc)

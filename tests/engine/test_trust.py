@@ -9,8 +9,7 @@ the bound's arithmetic, streams, ``audit_replace=False``, compare-and-set,
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,8 @@ from asyncache import DecisionCache, cached_prediction, open_store
 from asyncache.engine._trust import needed_audits, upper_bound
 
 from ..support import GENEROUS_REDIS_TIMEOUTS
+from ..support import until as wait_until
 
-WAIT_TIMEOUT = 60.0  # a hang guard, never a timing assertion
 TRUST: dict[str, Any] = {
     "audit_rate": 1.0,
     "max_wrong_rate": 0.2,
@@ -31,22 +30,7 @@ TRUST: dict[str, Any] = {
 
 
 async def until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_TIMEOUT
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        await asyncio.sleep(0.001)
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "memory":
-        yield "memory://"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'trust.db'}"
-    else:
-        redis_url: str = request.getfixturevalue("redis_url")
-        prefix: str = request.getfixturevalue("redis_prefix")
-        yield f"{redis_url}?prefix={prefix}&{GENEROUS_REDIS_TIMEOUTS}"
+    await wait_until(condition, within=60.0)  # a hang guard, never a timing assertion
 
 
 # scipy.stats.beta.ppf(0.95, mismatched + 1, audits - mismatched): the one-sided
@@ -90,7 +74,22 @@ async def _earn(call: Callable[[], Any], cache: DecisionCache) -> None:
     raise AssertionError(f"trust never earned: {cache.trust()}")
 
 
-async def test_a_stream_breaches_repairs_and_streams_fresh_chunks(store_url: str) -> None:
+def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "memory":
+        return "memory://"
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'trust.db'}"
+    prefix = request.getfixturevalue("redis_prefix")
+    return f"{request.getfixturevalue('redis_url')}?prefix={prefix}&{GENEROUS_REDIS_TIMEOUTS}"
+
+
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
+)
+async def test_a_stream_breaches_repairs_and_streams_fresh_chunks(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store_url = _url(kind, tmp_path, request)
     answer = {"word": "old"}
     runs = []
     async with DecisionCache(open_store(store_url), **TRUST) as cache:
