@@ -558,13 +558,15 @@ async def trust_steady(kind: str, door: DoorFactory, ctx: Ctx) -> None:
     assert stats["wrong_rate_upper"] == report.upper, stats
 
 
-async def trust_breach(kind: str, door: DoorFactory, ctx: Ctx) -> None:
+async def trust_breach(kind: str, door: DoorFactory, ctx: Ctx, coalesce: bool = True) -> None:
     """A changed model: an audit disagrees, the namespace breaches (``on_breach``), the
     audited key is repaired in the store, and calls get the fresh answer while in doubt."""
     breaches: list[tuple[str, Any]] = []
     model = Model()
     store = _trust_store(kind, ctx)
-    cache = await ctx.cache(store, on_breach=lambda *seen: breaches.append(seen), **TRUST)
+    cache = await ctx.cache(
+        store, on_breach=lambda *seen: breaches.append(seen), coalesce=coalesce, **TRUST
+    )
     d = await ctx.door(door, cache, model, audit=True)
     await _earn_trust(d, cache)
     model.answer = "B"
@@ -606,6 +608,7 @@ FEATURES = [
     pytest.param(partial(trust_steady, "memory"), id="trust-steady-memory"),
     pytest.param(partial(trust_breach, "memory"), id="trust-breach-memory"),
     pytest.param(partial(trust_breach, "sqlite"), id="trust-breach-sqlite"),
+    pytest.param(partial(trust_breach, "sqlite", coalesce=False), id="trust-breach-uncoalesced"),
     pytest.param(partial(trust_steady, "redis"), id="trust-steady-redis", marks=pytest.mark.redis),
     pytest.param(partial(trust_breach, "redis"), id="trust-breach-redis", marks=pytest.mark.redis),
     pytest.param(shadow, id="shadow"),

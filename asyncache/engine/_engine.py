@@ -696,9 +696,14 @@ class Engine:
         compute: Callable[[], Awaitable[T]],
         inputs: Any = None,
         source: Source | None = None,
+        replacing: bytes | None = None,
     ) -> T:
-        """Compute and store a miss without a flight: under a lease when leases are on."""
-        value, _ = await self._compute_shared(key, compute, inputs, source)
+        """Compute and store a miss without a flight: under a lease when leases are on.
+
+        ``replacing``: the entry the store holds under ``key`` that the decision
+        replaces (stale, or doubted: ``asyncache.engine._trust``), as in ``miss``.
+        """
+        value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
         return value  # type: ignore[no-any-return]
 
     async def _compute_shared(

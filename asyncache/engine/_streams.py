@@ -335,7 +335,8 @@ def _start(
         # A flight not shared live.
         outcome = engine.miss(key, compute, inputs, stream=broadcast, stale=stale)
     elif engine.mode == "live" or engine.mode == "replay":
-        outcome = engine.compute(key, compute, inputs)  # coalesce=False
+        replacing = None if stale is None else stale.entry.value
+        outcome = engine.compute(key, compute, inputs, replacing=replacing)  # coalesce=False
     else:
         outcome = engine.get_or_compute(key, compute, inputs)  # off, shadow, record
     spawn(_run(engine, broadcast, outcome), _RUNNING)

@@ -402,7 +402,11 @@ class Exchange:
                 # A request released from another run, one that waited too long, or a
                 # cache that does not coalesce: this request's own run.
                 value = await engine.compute(
-                    self.key, runner.compute, self.inputs_made(), self.told
+                    self.key,
+                    runner.compute,
+                    self.inputs_made(),
+                    self.told,
+                    replacing=None if stale is None else stale.entry.value,
                 )
             else:
                 # shadow, record: the engine decides what is computed, compared and stored.

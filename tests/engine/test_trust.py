@@ -83,16 +83,17 @@ def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return f"{request.getfixturevalue('redis_url')}?prefix={prefix}&{GENEROUS_REDIS_TIMEOUTS}"
 
 
+@pytest.mark.parametrize("coalesce", [True, False], ids=["coalesced", "uncoalesced"])
 @pytest.mark.parametrize(
     "kind", ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
 )
 async def test_a_stream_breaches_repairs_and_streams_fresh_chunks(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, coalesce: bool, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     store_url = _url(kind, tmp_path, request)
     answer = {"word": "old"}
     runs = []
-    async with DecisionCache(open_store(store_url), **TRUST) as cache:
+    async with DecisionCache(open_store(store_url), coalesce=coalesce, **TRUST) as cache:
 
         @cached_prediction(cache, namespace="tokens")
         async def tokens(prompt: str) -> AsyncGenerator[str, None]:
