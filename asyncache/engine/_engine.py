@@ -289,7 +289,9 @@ class Engine:
             saved, ttl = decoded.compute_seconds or 0.0, decoded.ttl
             windows, revalidate = decoded.windows, decoded.stale_while_revalidate
             if self._peek is not None:
-                result = self.recent.keep(key, value, result, saved, ttl, made, windows, revalidate)
+                result = self.recent.keep(
+                    key, value, result, saved, ttl, made, windows, revalidate, decoded.value
+                )
         else:
             result, record = known
             saved, ttl, windows, revalidate = (

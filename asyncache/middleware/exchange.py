@@ -232,7 +232,8 @@ class Exchange:
             await self.bypass("on_hit")
             return
         settings.stats.outcomes[outcome] += 1
-        start, body = replay.messages(settings.headers.for_outcome(outcome, reason or None))
+        named = settings.headers
+        start, body = replay.messages(named.for_outcome(outcome, reason or None), age=named.ages)
         await self.send(start)
         await self.send(body)
 

@@ -289,7 +289,7 @@ class RequestHeads:
             if sum(len(name) + len(value) for name, value in exact) <= REMEMBERED_HEADER_BYTES:
                 known = self.known
                 if len(known) >= REMEMBERED_REQUESTS:
-                    del known[next(iter(known))]
+                    _forget_oldest(known)
                 known[exact] = head
                 head.remembered = True
         return head
@@ -523,7 +523,7 @@ class RequestKeys:
         if key is None:
             key = self._build(route, scope, head, body, principal)
             if len(known) >= REMEMBERED_REQUESTS:
-                del known[next(iter(known))]
+                _forget_oldest(known)
             known[parts] = key
         return key
 
@@ -541,3 +541,12 @@ REMEMBERED_REQUESTS = 512
 """How many keys (and, apart, heads) are remembered; the oldest goes first."""
 REMEMBERED_HEADER_BYTES = 4096
 """Heads of requests whose headers hold up to this many bytes are remembered."""
+
+
+def _forget_oldest(known: dict[Any, Any]) -> None:
+    """Drop the oldest remembered item; a middleware served by several threads' loops may
+    have another thread drop it first, or change the dict while this looks."""
+    try:
+        del known[next(iter(known))]
+    except (KeyError, RuntimeError, StopIteration):
+        pass

@@ -359,6 +359,14 @@ class Replay:
             return [*self.hit_headers]
         return [*self.hit_headers, _age(self.born)]
 
+    def without_age(self) -> Replay:
+        """This replay, its hits saying no ``Age`` (the middleware names no outcomes)."""
+        if self.born is None:
+            return self
+        replay = Replay(self.status, self.headers, self.body)
+        replay.hit_headers = self.hit_headers
+        return replay
+
     @classmethod
     def of(cls, value: Any, *, head: bool, hit_headers: FixedHeaders = ()) -> Replay:
         """The replay of a stored value (a replay stays as it is).
@@ -386,10 +394,11 @@ class Replay:
         born = value[4] if len(value) == 5 else None
         return cls(status, tuple(headers), body, hit_headers, born)
 
-    def messages(self, extra: FixedHeaders) -> tuple[Message, Message]:
-        """The two messages that answer a request, with ``extra`` headers, then ``Age``, last."""
+    def messages(self, extra: FixedHeaders, *, age: bool = True) -> tuple[Message, Message]:
+        """The two messages that answer a request, with ``extra`` headers, then ``Age``, last
+        (unless ``age`` is false: the middleware names no outcomes)."""
         headers = [*self.headers, *extra]
-        if self.born is not None:
+        if self.born is not None and age:
             headers.append(_age(self.born))
         start = {
             "type": "http.response.start",
@@ -404,7 +413,9 @@ def _age(born: float) -> tuple[bytes, bytes]:
     return b"age", b"%d" % max(0, int(time.time() - born))
 
 
-def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Replay]:
+def replay_maker(
+    hit_headers: FixedHeaders, *, head: bool, ages: bool = True
+) -> Callable[[Any], Replay]:
     """What a middleware's hits make of a stored answer: ``hit_now``'s ``made``.
 
     One function per middleware and method kind (a ``HEAD``'s key differs
@@ -413,7 +424,8 @@ def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Re
     """
 
     def ready(value: Any) -> Replay:
-        return Replay.of(value, head=head, hit_headers=hit_headers)
+        replay = Replay.of(value, head=head, hit_headers=hit_headers)
+        return replay if ages else replay.without_age()
 
     return ready
 
