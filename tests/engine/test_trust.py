@@ -235,3 +235,25 @@ async def test_replicas_with_leases_keep_their_own_windows(tmp_path: Path) -> No
         assert second.stats()["breaches"] == 0
         assert await f2(1) == "new"  # the repaired decision, read through the store
         assert await f1(1) == "new"  # in doubt: computed under the lease, agreeing
+
+
+async def test_after_a_breach_every_hit_is_audited_until_the_bound_is_under_half() -> None:
+    """Audits follow the doubt: at ``audit_rate`` while trusted; after a breach, once
+    serving again, every hit until the bound is under half of ``max_wrong_rate``."""
+    async with DecisionCache(audit_rate=0.01, max_wrong_rate=0.2, trust_window=60) as cache:
+        trust = cache.engine.trust
+        assert trust is not None
+        for _ in range(20):
+            trust.record("ns", True)
+        assert cache.trust()["ns"].serving
+        assert trust.audit_rate("ns", 0.01) == 0.01  # trusted, never breached
+        trust.record("ns", False)
+        assert not cache.trust()["ns"].serving and cache.stats()["breaches"] == 1
+        rates = []
+        while cache.trust()["ns"].upper > 0.1:
+            trust.record("ns", True)
+            if cache.trust()["ns"].serving:
+                rates.append(trust.audit_rate("ns", 0.01))
+        assert rates and set(rates[:-1]) == {1.0}, rates  # serving again, every hit audited
+        assert trust.audit_rate("ns", 0.01) == 0.01  # under half the limit: the sample again
+        assert cache.stats()["breaches"] == 1
