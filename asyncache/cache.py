@@ -31,7 +31,7 @@ from .stores.memory import MemoryStore
 from .stores.protocol import DecisionStore
 
 if TYPE_CHECKING:
-    from .engine import BreachHook, Compare, MismatchHook, TrustReport, WarmSummary
+    from .engine import BreachHook, Compare, MismatchHook, Trust, TrustReport, WarmSummary
 
 __all__ = ["MISS", "MODES", "AdmitHook", "DecisionCache", "Mode", "TtlHook"]
 
@@ -272,6 +272,7 @@ class DecisionCache:
         self.enabled = enabled
         self._builders: dict[tuple[str, str], KeyBuilder] = {}
         self._closed = False
+        self._trust: Trust | None = None
         if audit_rate > 0 or mode == "shadow":
             # Imported here: a cache that neither audits nor shadows never loads it.
             from .engine import Auditor
@@ -287,9 +288,11 @@ class DecisionCache:
             if audit_rate > 0:
                 from .engine import Trust
 
-                auditor.trust = self.engine.trust = Trust(
+                self._trust = auditor.trust = self.engine.trust = Trust(
                     self.engine,
-                    auditor,
+                    lambda key, inputs, stored, fresh: auditor.judge(
+                        key, inputs, stored, fresh, shadow=False
+                    ),
                     max_wrong_rate=max_wrong_rate,
                     confidence=confidence,
                     window=trust_window,
@@ -517,7 +520,7 @@ class DecisionCache:
         """Every counter, the in-flight gauge and the store's own stats when it has them."""
         counters = self.engine.stats.as_dict()
         counters["in_flight"] = len(self.engine.flights)
-        trust = self.engine.trust
+        trust = self._trust
         counters["wrong_rate_upper"] = 0.0 if trust is None else trust.highest()
         store_stats = getattr(self.store, "stats", None)
         if callable(store_stats):
@@ -531,7 +534,7 @@ class DecisionCache:
         Empty without ``audit_rate``. Windows are this process's: each replica
         of a fleet keeps its own.
         """
-        trust = self.engine.trust
+        trust = self._trust
         return {} if trust is None else trust.reports()
 
     def reset_stats(self) -> None:

@@ -12,7 +12,6 @@ changes because of one.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import random
 import time
@@ -217,25 +216,4 @@ class Auditor:
 
     def _report(self, inputs: Any, stored: Any, fresh: Any) -> None:
         assert self.on_mismatch is not None
-        call_hook(self._engine, "on_mismatch", self.on_mismatch, inputs, stored, fresh)
-
-
-def call_hook(engine: Engine, name: str, hook: Callable[..., Any], *args: Any) -> None:
-    """Call a user's hook (``on_mismatch``, ``on_breach``), sync or async: a coroutine
-    runs as an owned background task; what it raises is logged, never raised."""
-    try:
-        outcome = hook(*args)
-    except Exception as exc:
-        engine.log.warning(name, f"asyncache: {name} raised: %r", exc)
-        return
-    if inspect.isawaitable(outcome):
-        engine.spawn(_await_hook(engine, name, outcome))
-
-
-async def _await_hook(engine: Engine, name: str, outcome: Awaitable[Any]) -> None:
-    try:
-        await outcome
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        engine.log.warning(name, f"asyncache: {name} raised: %r", exc)
+        self._engine.tell("on_mismatch", self.on_mismatch, inputs, stored, fresh)

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from ..codec import Decoded, InflatesPastCap, decode, encode
 from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
@@ -62,9 +63,6 @@ from ._freshness import (
 from ._guard import StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
-
-if TYPE_CHECKING:  # loaded with audits only
-    from ._trust import Trust
 
 __all__ = [
     "MISS",
@@ -202,7 +200,7 @@ class Engine:
         self.sampler: Sampler | None = None
         self.leases: Leasing | None = None
         # Audit windows and the wrong-rate bound (asyncache.engine._trust); with audits only.
-        self.trust: Trust | None = None
+        self.trust: Doubting | None = None
         # Told when each flight starts and ends (the OpenTelemetry adapter's spans).
         self.observer: FlightObserver | None = None
         self._renewing: set[bytes] = set()
@@ -1171,6 +1169,25 @@ class Engine:
                 return replay_miss(key, inputs, "expired", f"at {stamp}")
         return replay_miss(key, inputs)
 
+    def tell(self, name: str, hook: Callable[..., Any], *args: Any) -> None:
+        """Call a user's hook (``on_mismatch``, ``on_breach``), sync or async: a coroutine
+        runs as an owned background task; what it raises is logged, never raised."""
+        try:
+            outcome = hook(*args)
+        except Exception as exc:
+            self.log.warning(name, f"asyncache: {name} raised: %r", exc)
+            return
+        if inspect.isawaitable(outcome):
+            self.spawn(self._await_hook(name, outcome))
+
+    async def _await_hook(self, name: str, outcome: Awaitable[Any]) -> None:
+        try:
+            await outcome
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning(name, f"asyncache: {name} raised: %r", exc)
+
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
         return spawn(work, self.background)
@@ -1211,7 +1228,8 @@ def replay_miss(
 
 # -- what the engine needs of its optional parts -------------------------------
 # The engine holds a ``Leasing`` (``_leases.Leases``) when leases are on and a
-# ``Sampler`` (``_audit.Auditor``) when audits or shadow mode are; it knows them
+# ``Sampler`` (``_audit.Auditor``) when audits or shadow mode are, and a ``Doubting``
+# (``_trust.Trust``) with audits; it knows them
 # only by these protocols, so it never imports their modules and they can import it.
 
 
@@ -1247,6 +1265,20 @@ class Sampler(Protocol):
 
     async def shadow(self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any) -> Any:
         """One call in shadow mode: compute, compare with the stored decision, fill the store."""
+        ...
+
+
+class Doubting(Protocol):
+    """What the path needs of the trust windows (``_trust.Trust``)."""
+
+    def doubts(self, key: bytes, entry: Entry) -> bool:
+        """Whether a fresh hit on ``entry`` must be computed instead of served."""
+        ...
+
+    def judge_doubted(
+        self, key: bytes, replacing: bytes, fresh: Any, inputs: Any
+    ) -> Decoded | None:
+        """Judge a doubted key's computation; the stored decision when they agree."""
         ...
 
 

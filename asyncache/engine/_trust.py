@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 from ..codec import Decoded
 from ..errors import DecodeError
 from ..stores.protocol import Entry
-from ._audit import call_hook
 
 if TYPE_CHECKING:
-    from ._audit import Auditor
     from ._engine import Engine
+
+# judge(key, inputs, stored, fresh) -> agreed: the auditor's comparison, counted as an audit.
+Judge = Callable[[bytes, Any, Any, Any], bool]
 
 __all__ = [
     "BreachHook",
@@ -145,7 +146,8 @@ class Trust:
 
     Args:
         engine: the engine whose counters, log and background tasks are used.
-        auditor: the sampler whose comparison judges a doubted computation.
+        judge: the auditor's comparison, ``judge(key, inputs, stored, fresh)``:
+            whether they agree, counted as an audit (which ``record`` hears of).
         max_wrong_rate: the most the bound may be while hits are served;
             ``None`` measures without acting.
         confidence: of the one-sided bound, between 0 and 1.
@@ -157,7 +159,7 @@ class Trust:
     def __init__(
         self,
         engine: Engine,
-        auditor: Auditor,
+        judge: Judge,
         *,
         max_wrong_rate: float | None,
         confidence: float,
@@ -171,7 +173,7 @@ class Trust:
         if window < 1:
             raise ValueError(f"trust_window must be at least 1, got {window!r}")
         self._engine = engine
-        self._auditor = auditor
+        self._judge = judge
         self.max_wrong_rate = max_wrong_rate
         self.confidence = confidence
         self.window = window
@@ -251,7 +253,7 @@ class Trust:
             return None
         token = judged_as.set(doubted[1])
         try:
-            agreed = self._auditor.judge(key, inputs, stored.value, fresh, shadow=False)
+            agreed = self._judge(key, inputs, stored.value, fresh)
         finally:
             judged_as.reset(token)
         if agreed:
@@ -284,7 +286,7 @@ class Trust:
             limit,
         )
         if self.on_breach is not None:
-            call_hook(self._engine, "on_breach", self.on_breach, namespace, self._report(window))
+            self._engine.tell("on_breach", self.on_breach, namespace, self._report(window))
 
     def _report(self, window: _Window) -> TrustReport:
         audits = len(window.outcomes)
