@@ -18,7 +18,7 @@ from typing import (
 )
 
 from ..cache import DecisionCache
-from ..engine import MISS, Freshness, judged_as, overridden
+from ..engine import MISS, Call, Freshness, judged_as, overridden
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
 from ..stores import entries_of
@@ -444,7 +444,7 @@ def _wrap(
         # Its own audit window (asyncache.engine._trust), when the cache keeps them.
         judged = None if cache.engine.trust is None else judged_as.set(name)
         try:
-            return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
+            return await get_or_compute(cache_key, Call(run, args, kwargs), inputs)
         except ReplayMiss as miss:
             raise miss.named(name) from None  # the engine knows the key, not the function
         finally:
