@@ -122,30 +122,31 @@ class Connection:
 
     def stop(self) -> None:
         """Close the connection after the statements queued on it, without waiting."""
+        if self.stopping():
+            # aiosqlite's close is a coroutine: a thread of its own runs it, in a loop
+            # of its own, and holds the connection until it is closed.
+            threading.Thread(
+                target=self._close_and_forget, name="asyncache-sqlite-close", daemon=True
+            ).start()
+
+    def stopping(self) -> bool:
+        """Mark the connection stopped; whether it was not already."""
         with self._lock:
             if self._stopped:
-                return
+                return False
             self._stopped = True
-        # From a thread of its own: aiosqlite's stop() asks for the current event
-        # loop, which in a main thread without one (trio, or no loop) would make one.
-        # That thread also holds the connection until it is closed.
-        threading.Thread(
-            target=self._stop_and_forget, name="asyncache-sqlite-close", daemon=True
-        ).start()
+            return True
 
-    def _stop_and_forget(self) -> None:
-        self._aio.stop()
-        self.thread.join()
-        with _open_lock:
-            _open.discard(self)
+    def _close_and_forget(self) -> None:
+        try:
+            asyncio.run(_close(self._aio))
+        finally:
+            with _open_lock:
+                _open.discard(self)
 
-    def stop_at_exit(self) -> None:
-        """``stop`` for the interpreter's exit, where no new thread may start."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-        self._aio.stop()
+
+async def _close(aio: aiosqlite.Connection) -> None:
+    await aio.close()
 
 
 def open_connection(connector: Callable[[], sqlite3.Connection], *, name: str) -> Connection:
@@ -211,16 +212,31 @@ def close_at_exit(wait: float = EXIT_WAIT) -> None:
 
     Each closes after the statements queued on it; one that is stuck (another
     process holds the lock its statement waits for) is left to the process's
-    end, which rolls back the statement and keeps every committed one.
+    end, which rolls back the statement and keeps every committed one. No
+    thread may start at exit (Python 3.12), so the closes run on a loop here.
     """
     deadline = time.monotonic() + wait
     with _open_lock:
         connections = list(_open)
-    for connection in connections:
-        connection.stop_at_exit()
-        # One at a time: the last connection to a file to close folds the WAL into it,
-        # and two closing at once may each see the other still open.
-        connection.thread.join(max(0.0, deadline - time.monotonic()))
+    loop = asyncio.new_event_loop()
+    try:
+        for connection in connections:
+            remaining = max(0.0, deadline - time.monotonic())
+            if connection.stopping():
+                # One at a time: the last connection to a file to close folds the WAL
+                # into it, and two closing at once may each see the other still open.
+                closing = loop.create_task(_close(connection._aio))
+                loop.run_until_complete(asyncio.wait([closing], timeout=remaining))
+                if not closing.done():
+                    _stuck.append(closing)  # never collected half-way: the process ends
+            else:  # closing on a thread of its own already
+                connection.thread.join(remaining)
+    finally:
+        if not _stuck:
+            loop.close()
+
+
+_stuck: list[asyncio.Task[None]] = []
 
 
 atexit.register(close_at_exit)
