@@ -19,9 +19,15 @@ from asyncache.stores import Entry
 from asyncache.stores.sqlite import SQLiteStore
 
 from ..support import key, until
-from .test_sqlite import LockFactory, lock, path  # noqa: F401 - fixtures
+from .test_sqlite import Locker
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "decisions.db"
+
 
 IMPORTS = """
 import sys
@@ -54,14 +60,13 @@ async def test_the_connections_are_aiosqlite_connections(path: Path) -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 async def test_a_loop_that_ended_with_a_statement_in_flight_leaves_the_store_working(
     path: Path,
-    lock: LockFactory,  # noqa: F811 - the fixture
 ) -> None:
     store = SQLiteStore(path, busy_timeout=30.0, prune_interval=None)
+    await store.add(key(1), b"before", None)
+    locker = Locker(path, "immediate")
     try:
-        await store.add(key(1), b"before", None)
         writer = store._database.connection
         assert writer is not None
-        locker = lock("immediate")
 
         async def leave_an_add_waiting() -> None:
             asyncio.get_running_loop().create_task(store.add(key(2), b"abandoned", None))
@@ -78,4 +83,5 @@ async def test_a_loop_that_ended_with_a_statement_in_flight_leaves_the_store_wor
         assert await store.get(key(1)) == Entry(b"before", None)
         assert store._database.connection is not writer
     finally:
+        locker.release()
         await store.aclose()

@@ -63,11 +63,11 @@ TEXTS = json.loads(sys.argv[4])
 asyncio.run(replay(sys.argv[2]))
 if sys.argv[3] == "drop":
     os.setgroups([])
-    os.setgid(%(nobody)d)
-    os.setuid(%(nobody)d)
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
 answers = asyncio.run(replay(sys.argv[1]))
 print(json.dumps({"answers": answers, "calls": calls}), flush=True)
-""" % {"nobody": NOBODY}
+""".replace("NOBODY", str(NOBODY))
 
 
 async def record(path: Path) -> None:
@@ -114,8 +114,10 @@ def test_a_read_only_recording_replays_as_another_user(checkout: Path, tmp_path:
         if probe.returncode != 0:
             pytest.skip("cannot switch to the nobody user here")
     ended = subprocess.run(
-        [sys.executable, "-c", REPLAY, str(recording), str(warm), "drop" if drop else "stay"]
-        + [json.dumps(TEXTS)],
+        [
+            *(sys.executable, "-c", REPLAY, str(recording), str(warm)),
+            *("drop" if drop else "stay", json.dumps(TEXTS)),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -106,9 +106,7 @@ class Database:
         # One opening per loop, however many callers: one worker thread, not one each.
         task = self._openers.get(loop)
         if task is None:
-            task = self._openers[loop] = loop.create_task(
-                to_thread(self._open)
-            )
+            task = self._openers[loop] = loop.create_task(to_thread(self._open))
             task.add_done_callback(self._opened)
         # Shielded: a caller that gives up must not cancel the opening for the others.
         return await asyncio.shield(task)
@@ -321,9 +319,7 @@ class Database:
                 )
                 try:
                     reader = (
-                        writer
-                        if memory
-                        else open_reader(self.path, busy_timeout=self.busy_timeout)
+                        writer if memory else open_reader(self.path, busy_timeout=self.busy_timeout)
                     )
                 except BaseException:
                     writer.stop()

@@ -24,7 +24,6 @@ from .drops import DropLog, Invalidated
 from .gathering import Gatherer, Gathering, asyncio_loop, next_iteration
 from .leases import LeaseTable
 from .schema import MEMORY
-from .threads import to_thread
 from .sql import (
     ADD_CHUNK,
     CLEAR_ENTRIES,
@@ -41,6 +40,7 @@ from .sql import (
     select_many,
     storable_expiry,
 )
+from .threads import to_thread
 from .upkeep import Upkeep
 from .url import parse_url
 

@@ -36,12 +36,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 import anyio.to_thread
 
 from .sql import numbered
+
+# The running asyncio loop or None, without raising: asked on every statement.
+_get_running_loop = asyncio._get_running_loop
 
 __all__ = ["EXIT_WAIT", "Connection", "close_at_exit", "open_connection", "to_thread"]
 
@@ -81,19 +84,21 @@ class Connection:
         """
         if self._stopped or not self.thread.is_alive():
             raise _closed(self._stopped)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # trio: through a worker thread's own asyncio loop
+        if _get_running_loop() is None:  # trio: through a worker thread's own asyncio loop
             return await to_thread(_in_asyncio, self._fetchall, statement, params)
-        return await self._fetchall(statement, params)
+        try:  # written out, not through _fetchall: this is every hit's path
+            rows = await self._aio.execute_fetchall(statement, numbered(params))
+        except ValueError:  # aiosqlite's "Connection closed": stopped meanwhile
+            if self._stopped:
+                raise _closed(True) from None
+            raise
+        return rows  # type: ignore[return-value]  # sqlite3's fetchall(): a list
 
     async def executescript(self, script: str) -> None:
         """Run ``script`` (several statements, or one that must be stepped to its end)."""
         if self._stopped or not self.thread.is_alive():
             raise _closed(self._stopped)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if _get_running_loop() is None:
             await to_thread(_in_asyncio, self._executescript, script)
             return
         await self._executescript(script)
@@ -157,7 +162,7 @@ def open_connection(connector: Callable[[], sqlite3.Connection], *, name: str) -
     """
     aio = aiosqlite.Connection(connector, 64)
     # aiosqlite before 0.22 made the Connection the thread itself; since, a thread it holds.
-    thread: threading.Thread = getattr(aio, "_thread", aio)
+    thread = cast(threading.Thread, getattr(aio, "_thread", aio))
     thread.daemon = True  # never holds the program at exit: close_at_exit closes it
     thread.name = name
     asyncio.run(_started(aio, thread))
@@ -202,9 +207,8 @@ _ABANDON = (
 
 async def to_thread(function: Callable[..., ResultT], *args: Any, **kwargs: Any) -> ResultT:
     """``function(*args, **kwargs)`` on an anyio worker thread; one that gives up leaves it."""
-    return await anyio.to_thread.run_sync(
-        functools.partial(function, *args, **kwargs), **{_ABANDON: True}
-    )
+    run_sync: Any = anyio.to_thread.run_sync  # its keyword differs between releases
+    return await run_sync(functools.partial(function, *args, **kwargs), **{_ABANDON: True})  # type: ignore[no-any-return]
 
 
 def close_at_exit(wait: float = EXIT_WAIT) -> None:
