@@ -88,7 +88,8 @@ class DecisionCache:
         max_decoded_bytes: the most bytes a stored entry may inflate to; more
             is a corrupt entry (a decompression bomb planted in a shared
             store): a miss, deleted and counted. ``None``: 64 times
-            ``max_entry_bytes``.
+            ``max_entry_bytes``. A decision that would inflate past it is
+            not stored (``too_large``).
         store_timeout: seconds a store call may take before it is a miss; a
             store with ``enforces_timeouts`` (see ``DecisionStore``) is
             bounded by its own timeouts instead. Calls share one timer per

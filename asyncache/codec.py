@@ -6,8 +6,10 @@ orjson of ``{"v": result, "t": ttl, "c": created_at, "d": compute_seconds}``,
 with ``"n": namespace`` when the cache that wrote it has a namespace (what
 ``asyncache copy --namespace`` selects by), ``"w": [stale_while_revalidate,
 stale_if_error]`` when the entry is kept past its ttl (see
-``asyncache.engine._freshness``), and ``"x": [exception type, message]`` for a
-cached error (``"v"`` is then ``null``), zlib-compressed when that is smaller.
+``asyncache.engine._freshness``), and ``"x": [exception type, args, attributes]``
+for a cached error (``"v"`` is then ``null``; args and attributes tagged as results
+are), zlib-compressed when that is smaller. Older versions wrote ``"x"`` as
+``[exception type, message]``: it reads as the type with the message as its one arg.
 Envelopes without ``"w"`` or ``"x"`` (older versions wrote none) read as a
 decision that is fresh until its store expiry.
 
@@ -43,6 +45,8 @@ __all__ = [
     "MAX_DECODED_BYTES",
     "PLAIN_HEADER",
     "Decoded",
+    "ErrorRecord",
+    "InflatesPastCap",
     "decode",
     "decode_envelope",
     "encode",
@@ -67,6 +71,17 @@ MAX_DECODED_BYTES = 64 * 1024 * 1024
 _INFLATE_STEP = 16 * 1024
 
 
+class ErrorRecord(NamedTuple):
+    """What a cached error is stored as: what ``pickle`` would keep of it, as JSON."""
+
+    name: str
+    """Its type's ``module.qualname``."""
+    args: tuple[Any, ...]
+    """Its ``args``, which its type is called with again."""
+    attributes: dict[str, Any] | None
+    """Its ``__dict__`` (``BaseException.__setstate__`` sets it again), when not empty."""
+
+
 class Decoded(NamedTuple):
     """A decoded entry: the result and what was recorded beside it."""
 
@@ -78,13 +93,17 @@ class Decoded(NamedTuple):
     """Seconds the store keeps the entry past its ttl to serve it while one refresh runs."""
     stale_if_error: float = 0.0
     """Seconds past that (the entry's last window) it is served only when a computation fails."""
-    error: tuple[str, str] | None = None
-    """A cached error: its exception type's ``module.qualname`` and its message."""
+    error: ErrorRecord | None = None
+    """A cached error: its exception type, args and attributes."""
 
     @property
     def windows(self) -> float:
         """Seconds the entry is kept past its ttl: both stale windows together."""
         return self.stale_while_revalidate + self.stale_if_error
+
+
+class InflatesPastCap(ValueError):
+    """Raised by ``encode``: the value would compress, but inflate past ``max_size`` when read."""
 
 
 class _NeedsTags(Exception):
@@ -197,16 +216,22 @@ def encode(
     secret: bytes | None = None,
     namespace: str | None = None,
     windows: tuple[float, float] | None = None,
-    error: tuple[str, str] | None = None,
+    error: ErrorRecord | None = None,
+    max_size: int | None = None,
 ) -> bytes:
     """Encode one decision into the envelope (``namespace``, when given, as ``"n"``).
 
     ``windows`` (stale-while-revalidate and stale-if-error seconds, when either
-    is not zero) is written as ``"w"``; ``error`` (a cached exception's type
-    name and message, ``result`` being ``None``) as ``"x"``.
+    is not zero) is written as ``"w"``; ``error`` (a cached exception,
+    ``result`` being ``None``) as ``"x"``.
+
+    ``max_size`` is the read cap (``decode``'s): a body that would be
+    compressed and inflate past it is refused here, since every read would
+    refuse it as a decompression bomb.
 
     Raises:
-        TypeError: ``result`` holds a value that cannot be stored exactly.
+        TypeError: ``result`` (or ``error``) holds a value that cannot be stored exactly.
+        InflatesPastCap: the compressed body would inflate past ``max_size``.
     """
     header = _FORMAT
     envelope = {"v": result, "t": ttl, "c": created_at, "d": compute_seconds}
@@ -215,7 +240,10 @@ def encode(
     if windows is not None and (windows[0] or windows[1]):
         envelope["w"] = list(windows)
     if error is not None:
-        envelope["x"] = list(error)
+        try:
+            envelope["x"] = [error.name, _tag(list(error.args)), _tag(error.attributes)]
+        except orjson.JSONEncodeError as exc:
+            raise TypeError(f"cannot store an error of type {error.name}: {exc}") from None
     try:
         body = orjson.dumps(envelope, default=_refuse)
         # orjson writes NaN and the infinities as null: those results need tags. A ttl
@@ -234,6 +262,11 @@ def encode(
     if len(body) >= _COMPRESS_FROM:
         packed = zlib.compress(body, 6)
         if len(packed) < len(body):
+            if max_size is not None and len(body) > max_size:
+                raise InflatesPastCap(
+                    f"the value compresses to {len(packed)} bytes but inflates to "
+                    f"{len(body)}, past the read cap of {max_size}"
+                )
             body = packed
             header |= _ZLIB
     if secret is not None:
@@ -369,10 +402,22 @@ def decode(
         return decoded._replace(
             stale_while_revalidate=float(revalidate),
             stale_if_error=float(if_error),
-            error=None if error is None else (str(error[0]), str(error[1])),
+            error=None if error is None else _error_record(error),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise DecodeError(f"corrupt value: {exc!r}") from None
+
+
+def _error_record(stored: list[Any]) -> ErrorRecord:
+    if len(stored) == 2:  # written by an older version: [type, message]
+        return ErrorRecord(str(stored[0]), (str(stored[1]),), None)
+    name, args, attributes = stored
+    attributes = _untag(attributes)
+    if not isinstance(name, str) or type(args) is not list:
+        raise TypeError(f"malformed cached error {stored!r}")
+    if attributes is not None and type(attributes) is not dict:
+        raise TypeError(f"malformed cached error attributes {attributes!r}")
+    return ErrorRecord(name, tuple(_untag(args)), attributes)
 
 
 def round_trip(result: Any) -> Any:

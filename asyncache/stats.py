@@ -19,7 +19,10 @@ COUNTER_MEANINGS: dict[str, str] = {
     "conflicts": "Adds where another writer's decision won.",
     "bypassed": "Calls that skipped the cache (disabled).",
     "not_admitted": "Results not stored because of ttl <= 0 or the admit hook.",
-    "too_large": "Results not stored because they exceeded max_entry_bytes.",
+    "too_large": (
+        "Results not stored because they exceeded max_entry_bytes or would inflate "
+        "past max_decoded_bytes."
+    ),
     "unencodable": "Results not stored because the codec cannot encode them.",
     "errors": "Store calls that failed or timed out.",
     "renewals": "Expiries pushed out on hits.",

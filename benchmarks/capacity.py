@@ -14,11 +14,18 @@ On a private redis-server (loopback, free port), through ``DecisionCache`` over
 - bytes per stored decision: ``MEMORY USAGE`` of the entries (a 200-byte
   decision, the demo's size), and for SQLite the file's pages in use over its
   entries; decisions per GB follow;
-- hits per second of Redis CPU: 64 concurrent callers per process (the
-  auto-pipelining of ``RedisStore`` gathers them) in ``--processes`` processes
-  hammering hits for ``--seconds``; the server's ``used_cpu_sys + used_cpu_user``
-  over that time says how many hits one fully busy core (one primary: Redis
-  runs commands on one thread) serves.
+- Redis CPU per request: 64 concurrent callers per process (the
+  auto-pipelining of ``RedisStore`` gathers them) in ``--processes`` processes,
+  leases on, for ``--seconds`` each: all hits, then all misses (each a new
+  key: the leased path), then a mix at ``--check-hit-rate``; the server's
+  ``used_cpu_sys + used_cpu_user`` over each says what a hit and a miss cost
+  one fully busy core (one primary: Redis runs commands on one thread). The
+  requests one primary serves at a hit rate *h* are predicted from the first
+  two, *P(h) = 1 / (h x CPU per hit + (1 - h) x CPU per miss)*, and the mixed
+  run checks the prediction: ``--check`` exits 1 when it is off by more than
+  ``--tolerance`` (25%). (Predicting from command counts, every command costing
+  what a pipelined ``GET`` does, was 2.7 times too optimistic: a leased miss's
+  scripts cost far more than a ``GET``.)
 """
 
 from __future__ import annotations
@@ -48,17 +55,25 @@ def _info(port: int, section: str) -> dict[str, str]:
     return dict(line.split(":", 1) for line in raw.splitlines() if ":" in line)
 
 
+def _by_command(port: int) -> dict[str, int]:
+    """Calls so far of each command (``INFO commandstats``), INFO's own included."""
+    return {
+        name.removeprefix("cmdstat_").upper(): int(
+            dict(p.split("=") for p in value.split(","))["calls"]
+        )
+        for name, value in _info(port, "commandstats").items()
+        if name.startswith("cmdstat_")
+    }
+
+
 def _counters(port: int) -> tuple[int, int, int]:
     """(commands so far, bytes in, bytes out), INFO's own calls included."""
-    commands = 0
-    for name, value in _info(port, "commandstats").items():
-        if name.startswith("cmdstat_"):
-            commands += int(dict(p.split("=") for p in value.split(","))["calls"])
+    commands = sum(_by_command(port).values())
     stats = _info(port, "stats")
     return commands, int(stats["total_net_input_bytes"]), int(stats["total_net_output_bytes"])
 
 
-async def _per_operation(url: str, port: int, ops: int) -> dict[str, dict[str, float]]:
+async def _per_operation(url: str, port: int, ops: int) -> dict[str, dict[str, Any]]:
     from asyncache import DecisionCache, cached_prediction
     from asyncache.stores.redis import RedisStore
 
@@ -67,7 +82,7 @@ async def _per_operation(url: str, port: int, ops: int) -> dict[str, dict[str, f
     second = _counters(port)
     probe = [b - a for a, b in zip(first, second, strict=True)]
 
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {}
 
     async def measure(name: str, cache: DecisionCache, keys: range, *, warm: bool) -> None:
         @cached_prediction(cache, namespace=name)
@@ -78,16 +93,23 @@ async def _per_operation(url: str, port: int, ops: int) -> dict[str, dict[str, f
             for item in keys:
                 await decide(item)
         await asyncio.sleep(0.2)  # background renewals and releases settle
+        named = _by_command(port)
         before = _counters(port)
         for item in keys:
             await decide(item)
         await asyncio.sleep(0.2)
         after = _counters(port)
         delta = [b - a - p for a, b, p in zip(before, after, probe, strict=True)]
+        calls = {
+            command: (count - named.get(command, 0)) / len(keys)
+            for command, count in _by_command(port).items()
+            if command != "INFO"
+        }
         results[name] = {
             "commands": round(delta[0] / len(keys), 2),
             "bytes to Redis": round(delta[1] / len(keys), 1),
             "bytes from Redis": round(delta[2] / len(keys), 1),
+            "by command": {c: round(n, 2) for c, n in sorted(calls.items()) if n >= 0.005},
         }
 
     prefix = f"capacity:{uuid.uuid4().hex[:6]}:"
@@ -168,32 +190,89 @@ async def _sqlite_bytes_per_entry(path: Path, count: int) -> float:
 # -- hits per second of Redis CPU --------------------------------------------------------
 
 
-async def _hammer(url: str, prefix: str, seconds: float, concurrency: int) -> int:
+async def _hammer(
+    url: str, prefix: str, seconds: float, concurrency: int, hit_rate: float, entries: int
+) -> tuple[int, int]:
+    """Requests against Redis for ``seconds``: (hits, misses), ``hit_rate`` of them hits.
+
+    Hits read the entries ``_fill`` stored; each miss asks for an input no one
+    asked for before, under a lease, as a fleet's replica misses. Request
+    ``n`` of a caller is a hit unless ``n * (1 - hit_rate)`` passes a whole
+    number, which spreads the misses evenly through the run.
+    """
     from asyncache import DecisionCache, cached_prediction
     from asyncache.stores.redis import RedisStore
 
-    cache = DecisionCache(RedisStore.from_url(url, prefix=prefix), ttl=3600)
+    cache = DecisionCache(RedisStore.from_url(url, prefix=prefix), ttl=3600, leases=True)
 
     @cached_prediction(cache, namespace="size")
-    async def decide(item: int) -> dict[str, Any]:
+    async def decide(item: int | str) -> dict[str, Any]:
         return {**VALUE, "item": item}
 
     # Hits on the store, not on this process's memory: the engine's fast path holds
     # entries only for a tier; over a plain RedisStore every hit is a GET.
-    done = 0
+    hits = misses = 0
     stop = time.monotonic() + seconds
+    fresh = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
     async def caller(offset: int) -> None:
-        nonlocal done
-        item = offset
+        nonlocal hits, misses
+        n = 0
         while time.monotonic() < stop:
-            await decide(item % 1000)
-            item += concurrency
-            done += 1
+            n += 1
+            if math.floor(n * (1 - hit_rate)) > math.floor((n - 1) * (1 - hit_rate)):
+                await decide(f"{fresh}-{offset}-{n}")
+                misses += 1
+            else:
+                await decide((offset + n * concurrency) % entries)
+                hits += 1
 
     await asyncio.gather(*(caller(i) for i in range(concurrency)))
     await cache.aclose()
-    return done
+    return hits, misses
+
+
+def _hammers(
+    server: Any, prefix: str, args: argparse.Namespace, hit_rate: float
+) -> dict[str, float]:
+    """``--processes`` hammers at ``hit_rate`` at once: their requests and Redis's CPU."""
+    before = _info(server.port, "cpu")
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--hammer",
+                server.url,
+                "--prefix",
+                prefix,
+                "--seconds",
+                str(args.seconds),
+                "--concurrency",
+                str(args.concurrency),
+                "--hit-rate",
+                str(hit_rate),
+                "--entries",
+                str(args.entries),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(args.processes)
+    ]
+    hits = misses = 0
+    for process in processes:
+        done = json.loads(process.communicate(timeout=args.seconds + 120)[0].splitlines()[-1])
+        hits, misses = hits + done[0], misses + done[1]
+    after = _info(server.port, "cpu")
+    cpu = sum(float(after[k]) - float(before[k]) for k in ("used_cpu_sys", "used_cpu_user"))
+    return {"hits": hits, "misses": misses, "Redis CPU seconds": round(cpu, 3)}
+
+
+def _predicted(per_hit: float, per_miss: float, hit_rate: float) -> float:
+    """Requests one fully busy primary serves at ``hit_rate``: P(h)."""
+    return 1.0 / (hit_rate * per_hit + (1.0 - hit_rate) * per_miss)
 
 
 # -- the page ---------------------------------------------------------------------------------
@@ -221,7 +300,6 @@ def _rows(columns: list[str], rows: list[list[Any]]) -> str:
 def _page(document: dict[str, Any], fleet: dict[str, Any] | None) -> str:
     ops = document["per operation"]
     hit, lease = ops["hit"], ops["miss under a lease"]
-    per_cpu = document["hammer"]["hits per Redis CPU second"]
     parts = [
         "# Capacity",
         "",
@@ -246,17 +324,26 @@ def _page(document: dict[str, Any], fleet: dict[str, Any] | None) -> str:
         " cost of reading them taken off).",
         "",
         _rows(
-            ["operation", "commands", "bytes to Redis", "bytes from Redis"],
+            ["operation", "commands", "of which", "bytes to Redis", "bytes from Redis"],
             [
-                [name, row["commands"], row["bytes to Redis"], row["bytes from Redis"]]
+                [
+                    name,
+                    row["commands"],
+                    ", ".join(f"{c} {n:g}" for c, n in row["by command"].items()),
+                    row["bytes to Redis"],
+                    row["bytes from Redis"],
+                ]
                 for name, row in ops.items()
             ],
         ),
         "",
-        "A hit is one `GET`. A miss reads, then adds (one script: the first"
+        "A hit is one `GET`. A miss reads, then adds (`SET ... NX GET`: the first"
         " decision wins). Under a lease a miss also takes the lease, re-reads, and"
-        " releases it with a wake-up for the waiters. A hit that renews adds the"
-        " renewal (at most once every ttl/16 per key).",
+        " releases it with a wake-up for the waiters (`PUBLISH`). A hit that renews"
+        " adds the renewal (at most once every ttl/16 per key). `INFO commandstats`"
+        " counts the commands a script (`EVALSHA`) runs as well as the script"
+        " itself, so these are the commands Redis executes; what they cost it is"
+        " measured below, by its CPU.",
         "",
         "## Bytes per stored decision",
         "",
@@ -280,58 +367,81 @@ def _page(document: dict[str, Any], fleet: dict[str, Any] | None) -> str:
         " headroom beyond that (fragmentation, replication buffers): plan on"
         " `maxmemory` at most about 3/4 of the machine.",
         "",
-        "## Hits one primary serves",
+        "## What a request costs one primary",
         "",
     ]
-    hammer = document["hammer"]
+    hammer, check = document["hammer"], document["check"]
+    per_hit_us = hammer["Redis CPU microseconds per hit"]
+    per_miss_us = hammer["Redis CPU microseconds per miss"]
+    hits, misses = hammer["hits"], hammer["misses"]
     parts += [
-        f"{hammer['processes x concurrent callers']} concurrent callers hit"
-        f" {hammer['hits']:,} times in {hammer['seconds']} s; `RedisStore` gathers"
-        " the concurrent `GET`s of a process into pipelines (auto-pipelining). The"
-        f" server spent {hammer['Redis CPU seconds']} CPU seconds"
-        " (`used_cpu_user + used_cpu_sys`):",
+        f"{hammer['processes x concurrent callers']} concurrent callers (leases on) ask"
+        f" for {hammer['seconds']} s each time: first only inputs already stored, then"
+        " only inputs no one asked for before. `RedisStore` gathers the concurrent"
+        " commands of a process into pipelines (auto-pipelining). The server's own CPU"
+        " counter (`used_cpu_user + used_cpu_sys`) says what each costs:",
         "",
-        f"    hits per Redis CPU second = {hammer['hits']:,} / {hammer['Redis CPU seconds']}"
-        f" = {per_cpu:,}",
+        f"    Redis CPU per hit  = {hits['Redis CPU seconds']} s / {hits['hits']:,} hits"
+        f" = {per_hit_us} us ({hammer['hits per Redis CPU second']:,} hits per CPU second)",
+        f"    Redis CPU per miss = {misses['Redis CPU seconds']} s / {misses['misses']:,}"
+        f" misses = {per_miss_us} us ({hammer['misses per Redis CPU second']:,} misses"
+        " per CPU second)",
         "",
-        "Redis runs commands on one thread, so one fully busy primary serves about"
-        " that many hits per second. Here the clients, not Redis, set the pace"
-        f" ({hammer['hits/s (client side, this machine)']:,} hits/s on this"
-        " machine's two cores): the ceiling is Redis's CPU, read off its own counter.",
+        "Redis runs commands on one thread, so one fully busy primary serves about that"
+        " many per second. Here the clients, not Redis, set the pace (this machine's two"
+        " cores run them and the server): the ceiling is Redis's CPU, read off its own"
+        " counter. A leased miss costs as much as"
+        f" {per_miss_us / per_hit_us:.0f} hits, more than its commands say"
+        f" ({lease['commands']} against a hit's {hit['commands']}): its scripts and its"
+        " wake-up (`PUBLISH`) cost far more than a pipelined `GET`.",
         "",
         "## Requests per primary, replicas per primary, primaries per fleet",
         "",
-        "A request at fleet hit rate *h* (leases on) costs Redis"
-        f" *c(h) = h x {hit['commands']} + (1 - h) x {lease['commands']}* commands."
-        " Taking a command to cost what a pipelined `GET` costs (scripts cost more:"
-        " this is the optimistic side), one primary serves"
-        " *P(h) = hits per CPU second / c(h)* requests per second:",
+        "At fleet hit rate *h* (leases on), one primary serves"
+        " *P(h) = 1 / (h x CPU per hit + (1 - h) x CPU per miss)* requests per second:",
         "",
     ]
     rows = []
     for h in (0.5, 0.9, 0.99):
-        c = h * hit["commands"] + (1 - h) * lease["commands"]
-        p_h = per_cpu / c
+        cost = h * per_hit_us + (1 - h) * per_miss_us
+        p_h = 1e6 / cost
         rows.append(
             [
                 f"{h:.0%}",
-                f"{h} x {hit['commands']} + {1 - h:.2f} x {lease['commands']} = {c:.2f}",
-                f"{per_cpu:,} / {c:.2f} = {p_h:,.0f}",
+                f"{h} x {per_hit_us} + {1 - h:.2f} x {per_miss_us} = {cost:.2f}",
+                f"1,000,000 / {cost:.2f} = {p_h:,.0f}",
                 f"{100_000 / p_h:.2f} -> {math.ceil(2 * 100_000 / p_h)}",
                 f"{1_000_000 / p_h:.2f} -> {math.ceil(2 * 1_000_000 / p_h)}",
             ]
         )
+    run = check["run"]
     parts += [
         _rows(
             [
                 "hit rate h",
-                "commands per request c(h)",
+                "Redis CPU us per request",
                 "requests/s per primary P(h)",
                 "primaries for 100k req/s (at 50% CPU)",
                 "for 1M req/s (at 50% CPU)",
             ],
             rows,
         ),
+        "",
+        "**The check.** The same callers then ask at a hit rate of"
+        f" {check['hit rate']:.0%} (one new input in every"
+        f" {1 / (1 - check['hit rate']):.0f}): {run['hits']:,} hits and"
+        f" {run['misses']:,} misses (hit rate {check['measured hit rate']}) in"
+        f" {run['Redis CPU seconds']} s of Redis CPU:",
+        "",
+        f"    predicted P({check['hit rate']}) ="
+        f" {check['predicted requests per Redis CPU second']:,} requests per Redis CPU second",
+        f"    measured = {run['hits'] + run['misses']:,} / {run['Redis CPU seconds']}"
+        f" = {check['measured requests per Redis CPU second']:,}"
+        f" ({check['measured / predicted']} of the prediction)",
+        "",
+        "`benchmarks/capacity.py --check` fails when the two are more than"
+        f" {check['tolerance']:.0%} apart, and `tests/test_capacity_page.py` holds this"
+        " page to its own run.",
         "",
         "Primaries for a rate R = R / P(h), doubled so that each primary runs at"
         " half its CPU (room for a failover's extra load, renewals and the"
@@ -351,7 +461,7 @@ def _page(document: dict[str, Any], fleet: dict[str, Any] | None) -> str:
         )
         measured = summary["Redis commands per request (fault-free phase)"]
         per_replica = summary["requests/s"] / fleet["settings"]["replicas"]
-        at_90 = per_cpu / (0.9 * hit["commands"] + 0.1 * lease["commands"])
+        at_90 = 1e6 / (0.9 * per_hit_us + 0.1 * per_miss_us)
         parts += [
             "## The model at small scale: the watched fleet",
             "",
@@ -410,12 +520,43 @@ def main(argv: list[str] | None = None) -> int:
         default="--phase 15",
         help="benchmarks/fleet_watch.py's options for --write's fleet run ('' for none)",
     )
+    parser.add_argument(
+        "--check-hit-rate",
+        type=float,
+        default=0.9,
+        help="the hit rate of the run that checks the prediction",
+    )
+    parser.add_argument("--tolerance", type=float, default=0.25)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when the mixed run is off the prediction by more than --tolerance",
+    )
+    parser.add_argument(
+        "--page-from",
+        metavar="JSON",
+        help="write --write's page from an earlier run's --json, measuring nothing",
+    )
     parser.add_argument("--hammer", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    parser.add_argument("--hit-rate", type=float, default=1.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.hammer:
-        done = asyncio.run(_hammer(args.hammer, args.prefix, args.seconds, args.concurrency))
-        print(done)
+        done = asyncio.run(
+            _hammer(
+                args.hammer,
+                args.prefix,
+                args.seconds,
+                args.concurrency,
+                args.hit_rate,
+                args.entries,
+            )
+        )
+        print(json.dumps(done))
+        return 0
+    if args.page_from:
+        earlier: dict[str, Any] = json.loads(Path(args.page_from).read_text())
+        Path(args.write).write_text(_page(earlier, earlier.get("fleet")))
         return 0
 
     with tempfile.TemporaryDirectory(prefix="asyncache-capacity-") as tmp:
@@ -430,38 +571,18 @@ def main(argv: list[str] | None = None) -> int:
             sqlite_entry = asyncio.run(
                 _sqlite_bytes_per_entry(Path(tmp) / "size.sqlite", args.entries)
             )
-            cpu_before = _info(server.port, "cpu")
-            hammers = [
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--hammer",
-                        server.url,
-                        "--prefix",
-                        prefix,
-                        "--seconds",
-                        str(args.seconds),
-                        "--concurrency",
-                        str(args.concurrency),
-                    ],
-                    cwd=ROOT,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-                for _ in range(args.processes)
-            ]
-            hits = sum(
-                int(h.communicate(timeout=args.seconds + 120)[0].split()[-1]) for h in hammers
-            )
-            cpu_after = _info(server.port, "cpu")
+            all_hits = _hammers(server, prefix, args, 1.0)
+            all_misses = _hammers(server, prefix, args, 0.0)
+            mixed = _hammers(server, prefix, args, args.check_hit_rate)
         finally:
             server.stop()
-    redis_cpu = sum(
-        float(cpu_after[k]) - float(cpu_before[k]) for k in ("used_cpu_sys", "used_cpu_user")
-    )
+    per_hit = all_hits["Redis CPU seconds"] / all_hits["hits"]
+    per_miss = all_misses["Redis CPU seconds"] / all_misses["misses"]
+    predicted = _predicted(per_hit, per_miss, args.check_hit_rate)
+    served = mixed["hits"] + mixed["misses"]
+    measured = served / mixed["Redis CPU seconds"]
     gib = 1024**3
-    document = {
+    document: dict[str, Any] = {
         "command": "python benchmarks/capacity.py "
         + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine(),
@@ -473,22 +594,40 @@ def main(argv: list[str] | None = None) -> int:
         "SQLite decisions per GiB": round(gib / sqlite_entry),
         "hammer": {
             "processes x concurrent callers": f"{args.processes} x {args.concurrency}",
-            "hits": hits,
             "seconds": args.seconds,
-            "hits/s (client side, this machine)": round(hits / args.seconds),
-            "Redis CPU seconds": round(redis_cpu, 3),
-            "hits per Redis CPU second": round(hits / redis_cpu) if redis_cpu else None,
+            "hits": all_hits,
+            "misses": all_misses,
+            "Redis CPU microseconds per hit": round(per_hit * 1e6, 3),
+            "Redis CPU microseconds per miss": round(per_miss * 1e6, 3),
+            "hits per Redis CPU second": round(1 / per_hit),
+            "misses per Redis CPU second": round(1 / per_miss),
+        },
+        "check": {
+            "hit rate": args.check_hit_rate,
+            "run": mixed,
+            "measured hit rate": round(mixed["hits"] / served, 4),
+            "predicted requests per Redis CPU second": round(predicted),
+            "measured requests per Redis CPU second": round(measured),
+            "measured / predicted": round(measured / predicted, 3),
+            "tolerance": args.tolerance,
         },
     }
     print(json.dumps(document, indent=2))
+    off = abs(measured / predicted - 1.0)
+    if args.write and args.fleet_args:
+        with tempfile.TemporaryDirectory(prefix="asyncache-capacity-fleet-") as tmp:
+            document["fleet"] = _fleet(args.fleet_args.split(), Path(tmp))
     if args.json:
         Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     if args.write:
-        fleet = None
-        if args.fleet_args:
-            with tempfile.TemporaryDirectory(prefix="asyncache-capacity-fleet-") as tmp:
-                fleet = _fleet(args.fleet_args.split(), Path(tmp))
-        Path(args.write).write_text(_page(document, fleet))
+        Path(args.write).write_text(_page(document, document.get("fleet")))
+    if args.check and off > args.tolerance:
+        print(
+            f"capacity: the mixed run served {measured:,.0f} requests per Redis CPU second, "
+            f"{off:.0%} off the predicted {predicted:,.0f} (tolerance {args.tolerance:.0%})",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -8,9 +8,12 @@ Run it as is (memory store), or for instance:
 
 import asyncio
 
-from asyncache import DecisionCache, cached_prediction
+from asyncache import cached_prediction
 
+# isort: split
 # --8<-- [start:from_env]
+from asyncache import DecisionCache
+
 # Keyword arguments win over the environment: code keeps what must not change.
 cache = DecisionCache.from_env(fingerprint="intent-v3")
 # --8<-- [end:from_env]

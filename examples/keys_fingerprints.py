@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from asyncache import DecisionCache, cached_prediction, make_key
+from asyncache import cached_prediction, make_key
 
 
 def key(inputs: object, fingerprint: str = "router-v1") -> str:
@@ -33,6 +33,8 @@ class Session:
 
 
 # --8<-- [start:fingerprint]
+from asyncache import DecisionCache
+
 cache = DecisionCache(fingerprint={"model": "router", "revision": 7, "threshold": 0.8})
 # --8<-- [end:fingerprint]
 

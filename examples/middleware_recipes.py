@@ -1,13 +1,16 @@
 """The snippets of docs/middleware.md, run: a FastAPI service, tenants, admit, stats."""
 
 import asyncio
-import os
-import secrets
 from types import SimpleNamespace
 
 import httpx
 
+# isort: split
+
 # --8<-- [start:fastapi]
+import os
+import secrets
+
 from fastapi import Depends, FastAPI, Header, HTTPException
 
 from asyncache import DecisionCache
@@ -94,6 +97,9 @@ def admit_app() -> FastAPI:
 def stats_apps() -> tuple[object, object]:
     app = FastAPI()
     # --8<-- [start:endpoint]
+    import os
+    import secrets
+
     from starlette.routing import Route
 
     from asyncache.middleware import CacheStatsEndpoint

@@ -5,10 +5,8 @@ so building one names where it will connect and nothing more.
 """
 
 import asyncio
-import time
-from collections.abc import Sequence
 
-from asyncache import DecisionCache, Entry, open_store
+from asyncache import DecisionCache, open_store
 from asyncache.stores import DecisionStore
 
 
@@ -41,6 +39,8 @@ async def main() -> None:
     await store.aclose()
 
     # --8<-- [start:cluster]
+    from asyncache.stores.redis import RedisStore
+
     store = RedisStore.from_url("redis+cluster://10.0.0.1:7000,10.0.0.2:7000", prefix="myapp:")
     # --8<-- [end:cluster]
     print("cluster:", store.prefix, store.cluster)
@@ -48,6 +48,7 @@ async def main() -> None:
 
     # --8<-- [start:tiered]
     from asyncache import MemoryStore
+    from asyncache.stores.sqlite import SQLiteStore
     from asyncache.stores.tiered import TieredStore
 
     store = TieredStore(MemoryStore(max_entries=10_000), SQLiteStore("decisions.sqlite"), l1_ttl=60)
@@ -66,6 +67,12 @@ async def main() -> None:
 
 
 # --8<-- [start:protocol]
+import time
+from collections.abc import Sequence
+
+from asyncache import Entry
+
+
 class DictStore:  # the DecisionStore protocol, on a dict
     def __init__(self) -> None:
         self.data: dict[bytes, Entry] = {}

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,9 +31,9 @@ QUESTION = [{"role": "user", "content": "is this cached"}]
 ANSWER = ["IS", " THIS", " CACHED", " tiny-1", " t=0.0"]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """The base URL of the tests' OpenAI-compatible server, run by uvicorn."""
+@contextmanager
+def _serving() -> Iterator[str]:
+    """The base URL of one of the tests' OpenAI-compatible servers, run by uvicorn."""
     require(importlib.util.find_spec("openai") is not None, "needs openai (the test group)")
     port = free_port()
     env = subprocess_env(str(ROOT))
@@ -59,6 +60,20 @@ def server() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The base URL of the tests' OpenAI-compatible server."""
+    with _serving() as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def other_server() -> Iterator[str]:
+    """A second server of the same kind: another provider, or another deployment."""
+    with _serving() as base:
+        yield base
 
 
 def _example() -> ModuleType:
@@ -178,3 +193,39 @@ async def test_a_caller_that_stops_early_leaves_nothing_half_stored(server: str)
             " tiny-3",
             " t=0.0",
         ]
+
+
+async def test_completions_are_not_shared_across_servers_organizations_or_projects(
+    server: str, other_server: str
+) -> None:
+    """Only the API key stays out of the key: another base URL (another provider, or
+    another deployment serving the same model name), organization or project asks its
+    own server, streamed and whole."""
+    from openai import AsyncOpenAI
+
+    example = _example()
+    before, other_before = _served(server), _served(other_server)
+    async with (
+        AsyncOpenAI(base_url=server, api_key="key-one") as one,
+        AsyncOpenAI(base_url=server, api_key="key-two") as same_but_key,
+        AsyncOpenAI(base_url=other_server, api_key="key-one") as elsewhere,
+        AsyncOpenAI(base_url=server, api_key="key-one", organization="org-b") as organization,
+        AsyncOpenAI(base_url=server, api_key="key-one", project="proj-b") as project,
+        example.cache,
+    ):
+        for method in ("complete", "stream"):
+
+            async def ask(client: AsyncOpenAI, method: str = method) -> Any:
+                call = getattr(example.Chat(client), method)
+                if method == "complete":
+                    return (await call(QUESTION, model="tiny-1")).choices[0].message.content
+                return "".join([token async for token in call(QUESTION, model="tiny-1")])
+
+            answer = await ask(one)
+            assert await ask(same_but_key) == answer  # another API key: shared
+            assert _served(server)[method] - before[method] == 1
+            assert await ask(elsewhere) == answer
+            assert _served(other_server)[method] - other_before[method] == 1
+            await ask(organization)
+            await ask(project)
+            assert _served(server)[method] - before[method] == 3

@@ -42,14 +42,23 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from ..codec import Decoded, decode, encode
+from ..codec import Decoded, InflatesPastCap, decode, encode
 from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
 from ..keys import canonical
 from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
-from ._freshness import ErrorHit, Freshness, StaleHit, error_name, overridden, revive_error
+from ._freshness import (
+    ErrorHit,
+    Freshness,
+    StaleHit,
+    UnlistedError,
+    error_record,
+    overridden,
+    revive_error,
+    same_error,
+)
 from ._guard import StoreGuard, new_request
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
@@ -852,8 +861,9 @@ class Engine:
                 error = revive_error(decoded.error, self.revivable)
                 self.stats.error_hits += 1
                 raise error
-        except DecodeError:
-            self.stats.corrupt += 1
+        except DecodeError as exc:
+            if not isinstance(exc, UnlistedError):
+                self.stats.corrupt += 1
             raise
         self.stats.compute_seconds_saved += decoded.compute_seconds
         return decoded.value
@@ -923,9 +933,11 @@ class Engine:
         return await self.store.add(key, value, expires_at)
 
     async def remember_error(self, key: bytes, error: BaseException) -> None:
-        """Store ``error`` (one of ``cache_errors``) under ``key`` for ``error_ttl`` seconds."""
+        """Store ``error`` (one of ``cache_errors``) under ``key`` for ``error_ttl`` seconds,
+        if it comes back as it was raised (``asyncache.engine._freshness``)."""
         now = time.time()
-        ttl = self.policy().error_ttl
+        policy = self.policy()
+        ttl = policy.error_ttl
         try:
             value = encode(
                 None,
@@ -935,9 +947,12 @@ class Engine:
                 key=key,
                 secret=self.secret,
                 namespace=self.namespace,
-                error=(error_name(type(error)), str(error)),
+                error=error_record(error, policy.cache_errors),
             )
-        except (TypeError, ValueError):
+            stored = self.decode(key, value).error
+            if stored is None or not same_error(revive_error(stored, self.revivable), error):
+                return
+        except Exception:  # the user's exception class, reduced and rebuilt: anything goes
             return
         await self.guard.call("add", lambda: self.store.add(key, value, now + ttl))
 
@@ -994,7 +1009,12 @@ class Engine:
                 secret=self.secret,
                 namespace=self.namespace,
                 windows=windows,
+                max_size=self.max_decoded_bytes,
             )
+        except InflatesPastCap as exc:
+            # Stored, it would be refused on every read as a decompression bomb.
+            self._too_large(key, str(exc))
+            return None
         except (TypeError, ValueError) as exc:
             self.stats.unencodable += 1
             kind = type(result).__qualname__
@@ -1010,16 +1030,25 @@ class Engine:
                 )
             return None
         if len(value) > self.max_entry_bytes:
-            self.stats.too_large += 1
-            if self.mode == "record":
-                raise StoreError(
-                    f"record: the decision for key {key.hex()} encodes to {len(value)} bytes, "
-                    f"over max_entry_bytes={self.max_entry_bytes}; the recording is incomplete"
-                )
+            self._too_large(
+                key, f"encodes to {len(value)} bytes, over max_entry_bytes={self.max_entry_bytes}"
+            )
             return None
         if ttl is None:
             return value, None
         return value, now + ttl + (0.0 if windows is None else windows[0] + windows[1])
+
+    def _too_large(self, key: bytes, why: str) -> None:
+        """Count a decision too large to keep.
+
+        Raises:
+            StoreError: in record mode, where a recording without it is incomplete.
+        """
+        self.stats.too_large += 1
+        if self.mode == "record":
+            raise StoreError(
+                f"record: the decision for key {key.hex()} {why}; the recording is incomplete"
+            )
 
     def winner(self, key: bytes, value: bytes, entry: Entry | None, result: Any) -> Any:
         """What every caller of a flight receives once its ``add`` returned ``entry``."""
@@ -1035,8 +1064,9 @@ class Engine:
             decoded = self.decode(key, chosen)
             if decoded.error is not None:
                 error = revive_error(decoded.error, self.revivable)
-        except DecodeError:
-            self.stats.corrupt += 1
+        except DecodeError as exc:
+            if not isinstance(exc, UnlistedError):
+                self.stats.corrupt += 1
             return result
         if decoded.error is not None:
             raise error  # another process's computation failed first, and remembered it
@@ -1054,6 +1084,8 @@ class Engine:
         Raises:
             ReplayMiss: in replay, which deletes nothing: the entry is left as recorded.
         """
+        if isinstance(exc, UnlistedError) and self.mode != "replay":
+            return  # another cache's cached error: a miss for this one, kept for that one
         self.stats.corrupt += 1
         if self.mode == "replay":
             raise await self.refusal(key, _UNKNOWN, exc) from None

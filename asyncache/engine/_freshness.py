@@ -21,12 +21,22 @@ windows. An envelope without them (written by an older version, or without
 windows) is fresh until its store expiry, as before. Renewal (``renew_on_hit``)
 moves ``expires_at`` and so fresh-until with it; it only happens on fresh hits.
 
-A computation that raises one of ``cache_errors`` is stored as an error entry
-(``"x"``) for ``error_ttl`` seconds: within it, callers get the same exception
-type with the same message without running the model. Only the listed types
-are revived (by name, never by import), so a shared store cannot make a reader
-raise anything the reader did not list; cancellation, ``KeyboardInterrupt``,
-``SystemExit`` and store errors are never cached.
+A computation that raises one of ``cache_errors`` (or a subclass of one) is
+stored as an error entry (``"x"``) for ``error_ttl`` seconds: within it,
+callers get the exception that was raised, of its own type, with its ``args``
+and attributes, without running the model. What is kept is what ``pickle``
+would keep (``__reduce__``: the type, its args, its ``__dict__``), written as
+JSON; an error that does not come back equal through that round trip (an arg
+the codec cannot keep exactly, a constructor that will not take its args
+back) is not cached, so that it is never stored only to be refused on every
+read.
+
+Types are found by ``module.qualname`` among the listed types and the
+subclasses of theirs this process has defined, never by import: a shared store
+cannot make a reader raise anything the reader did not list. A cached error of
+a type a cache does not list (another cache's, sharing the store) is a miss
+for it that leaves the entry in place (``UnlistedError``). Cancellation,
+``KeyboardInterrupt``, ``SystemExit`` and store errors are never cached.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import time
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
+from ..codec import ErrorRecord
 from ..errors import DecodeError, StoreError
 from ..stores.protocol import Entry
 
@@ -44,7 +55,9 @@ __all__ = [
     "ErrorHit",
     "Freshness",
     "StaleHit",
+    "UnlistedError",
     "error_name",
+    "error_record",
     "fresh_until",
     "overridden",
     "revive_error",
@@ -173,22 +186,105 @@ class ErrorHit(Exception):
         self.error = error
 
 
+class UnlistedError(DecodeError):
+    """A cached error this cache may not raise: its type is not one it lists (nor a
+    subclass of one this process defines). Another cache sharing the store listed it:
+    a miss here that leaves the entry for that cache, neither corrupt nor deleted."""
+
+
 def error_name(kind: type[BaseException]) -> str:
     """How a cached error's type is written: ``module.qualname``."""
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def revive_error(stored: tuple[str, str], listed: tuple[type[BaseException], ...]) -> BaseException:
-    """The exception a cached error entry stands for, made from the listed types only.
+# Types found by name before (an error hit revives one per call); only finds are kept,
+# as a subclass may be defined later. Bounded: local classes have names without end.
+_found: dict[tuple[str, tuple[type[BaseException], ...]], type[BaseException]] = {}
+_FOUND_AT_MOST = 256
+
+
+def _listed_type(name: str, listed: tuple[type[BaseException], ...]) -> type[BaseException] | None:
+    """The type named ``name`` among ``listed`` and the subclasses of theirs defined here."""
+    found = _found.get((name, listed))
+    if found is not None:
+        return found
+    seen: set[type[BaseException]] = set()
+    todo = list(listed)
+    while todo:
+        kind = todo.pop()
+        if kind in seen:
+            continue
+        seen.add(kind)
+        if error_name(kind) == name:
+            if len(_found) >= _FOUND_AT_MOST:
+                _found.clear()
+            _found[(name, listed)] = kind
+            return kind
+        todo.extend(kind.__subclasses__())
+    return None
+
+
+def _rebuilt(kind: type[BaseException], stored: ErrorRecord) -> BaseException:
+    """An exception of ``kind`` made again from its args and attributes: the type called
+    with its args, as ``pickle`` does, or, where the constructor will not take them back
+    (one of two arguments that passes one message on, which ``pickle`` cannot remake),
+    made without calling it; then its attributes set (``__setstate__``)."""
+    try:
+        error = kind(*stored.args)
+    except Exception:
+        error = kind.__new__(kind, *stored.args)
+    if type(error) is not kind:
+        raise TypeError(f"{error_name(kind)}(*args) made a {type(error).__qualname__}")
+    if stored.attributes:
+        error.__setstate__(stored.attributes)
+    return error
+
+
+def _reduced(error: BaseException) -> tuple[Any, ...]:
+    """What ``pickle`` would keep of ``error``: its type, its args and its ``__dict__``."""
+    reduced = error.__reduce__()
+    if not isinstance(reduced, tuple) or reduced[0] is not type(error):
+        raise TypeError(f"{type(error).__qualname__} does not reduce to its own type")
+    kind, args, *rest = reduced
+    attributes = rest[0] if rest else None
+    if type(args) is not tuple or not (attributes is None or type(attributes) is dict):
+        raise TypeError(f"{type(error).__qualname__} reduces to something other than args")
+    return kind, args, attributes or None
+
+
+def error_record(error: BaseException, listed: tuple[type[BaseException], ...]) -> ErrorRecord:
+    """What ``error`` (an instance of a ``listed`` type) is stored as.
 
     Raises:
-        DecodeError: its type is not listed (any more) or cannot be made from a message.
+        TypeError: it cannot come back as it was raised: its type is not found
+            by its name, it does not reduce to its args, or they do not make it again.
     """
-    name, message = stored
-    for kind in listed:
-        if error_name(kind) == name:
-            try:
-                return kind(message)
-            except Exception as exc:
-                raise DecodeError(f"cached error {name} cannot be rebuilt: {exc!r}") from None
-    raise DecodeError(f"cached error of type {name}, which cache_errors does not list")
+    _, args, attributes = _reduced(error)
+    name = error_name(type(error))
+    if _listed_type(name, listed) is not type(error):
+        raise TypeError(f"{name} is not found by its name (a local class?)")
+    return ErrorRecord(name, args, attributes)
+
+
+def same_error(revived: BaseException, error: BaseException) -> bool:
+    """Whether ``revived`` (read back) is ``error`` as far as a caller can tell."""
+    try:
+        return bool(_reduced(revived) == _reduced(error))
+    except Exception:  # an arg whose == raises (an array), or that reduces no more
+        return False
+
+
+def revive_error(stored: ErrorRecord, listed: tuple[type[BaseException], ...]) -> BaseException:
+    """The exception a cached error entry stands for, of a listed type (or a subclass).
+
+    Raises:
+        UnlistedError: its type is not listed, nor a subclass of one defined here.
+        DecodeError: its args or attributes do not make it again.
+    """
+    kind = _listed_type(stored.name, listed)
+    if kind is None:
+        raise UnlistedError(f"cached error of type {stored.name}, which cache_errors does not list")
+    try:
+        return _rebuilt(kind, stored)
+    except Exception as exc:
+        raise DecodeError(f"cached error {stored.name} cannot be rebuilt: {exc!r}") from None

@@ -2,9 +2,11 @@
 
 The ``openai`` package's ``AsyncOpenAI`` talks to OpenAI or to any server
 that speaks its API (vLLM, llama.cpp, Ollama, LiteLLM). Each call's messages,
-model name and sampling parameters are its key; the client, and with it the
-API key and the base URL, is not: a decision does not depend on whose key
-asked for it, and a key never lands in a store.
+model name and sampling parameters are its key, and so is where the client
+sends them: its base URL (another provider, or another deployment serving a
+model of the same name, answers differently), organization, project and
+default query (Azure's ``api-version``). The API key is not: a decision does
+not depend on whose key asked for it, and a key never lands in a store.
 
 A streamed completion is one decision made of chunks: the first caller gets
 each token as the model produces it, identical callers arriving meanwhile
@@ -38,10 +40,21 @@ class Chat:
 
     # Names what changes the answers besides the arguments (a system prompt of our
     # own, post-processing): change it and earlier decisions are not reused.
-    __cache_fingerprint__ = "chat/v1"
+    version = "chat/v1"
 
     def __init__(self, client: AsyncOpenAI) -> None:
-        self.client = client  # not in any key: the API key stays out of the store
+        self.client = client
+
+    def __cache_fingerprint__(self) -> dict[str, object]:
+        """What keys ``self``: who answers, and for whom; never the API key."""
+        client = self.client
+        return {
+            "version": self.version,
+            "base_url": str(client.base_url),
+            "organization": client.organization,
+            "project": client.project,
+            "query": dict(client.default_query),
+        }
 
     @cached_prediction(cache, namespace="chat.stream")
     async def stream(
