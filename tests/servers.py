@@ -65,6 +65,7 @@ def server_binary(engine: str) -> str:
     assert found is not None
     return found
 
+
 # Every process started here and not yet reaped: the atexit hook's work list.
 _RUNNING: set[subprocess.Popen[bytes]] = set()
 

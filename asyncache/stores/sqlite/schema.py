@@ -21,6 +21,7 @@ import functools
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import SchemaVersionError, StoreError
@@ -167,27 +168,16 @@ def read_only_uri(path: str, *, immutable: bool = False) -> str:
 
 def _connect_prepared(
     path: str, busy_timeout: float, synchronous: str
-) -> sqlite3.Connection:  # on the connection's thread
-    db = _connect(path, busy_timeout)
-    try:
-        _prepare_when_free(db, path, busy_timeout, synchronous)
-    except sqlite3.Error as exc:
-        db.close()
-        raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
-    except BaseException:
-        db.close()
-        raise
-    return db
+) -> sqlite3.Connection:  # on the connection's thread, as the others below
+    return _set_up(
+        _connect(path, busy_timeout),
+        path,
+        lambda db: _prepare_when_free(db, path, busy_timeout, synchronous),
+    )
 
 
 def _connect_query_only(path: str, busy_timeout: float) -> sqlite3.Connection:
-    db = _connect(path, busy_timeout)
-    try:
-        db.execute("PRAGMA query_only = ON")
-    except sqlite3.Error as exc:
-        db.close()
-        raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
-    return db
+    return _set_up(_connect(path, busy_timeout), path, _query_only)
 
 
 def _connect_recording(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -196,9 +186,25 @@ def _connect_recording(path: str, busy_timeout: float) -> sqlite3.Connection:
     except OSError:
         wal_size = 0
     db = _connect(read_only_uri(path, immutable=wal_size == 0), busy_timeout, uri=True)
+    return _set_up(db, path, lambda db: user_version(_query_only(db), path))
+
+
+def _query_only(db: sqlite3.Connection) -> sqlite3.Connection:
+    db.execute("PRAGMA query_only = ON")
+    return db
+
+
+def _set_up(
+    db: sqlite3.Connection, path: str, setup: Callable[[sqlite3.Connection], object]
+) -> sqlite3.Connection:
+    """``db`` after ``setup(db)``; closed when that fails.
+
+    Raises:
+        StoreError: a statement of ``setup`` failed.
+        Exception: whatever else ``setup`` raised (``SchemaVersionError``...).
+    """
     try:
-        db.execute("PRAGMA query_only = ON")
-        user_version(db, path)
+        setup(db)
     except sqlite3.Error as exc:
         db.close()
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc

@@ -85,13 +85,11 @@ class Connection:
         if self._stopped or not self.thread.is_alive():
             raise _closed(self._stopped)
         if _get_running_loop() is None:  # trio: through a worker thread's own asyncio loop
-            return await to_thread(_in_asyncio, self._fetchall, statement, params)
-        try:  # written out, not through _fetchall: this is every hit's path
+            return await to_thread(_in_asyncio, self.execute_fetchall, statement, params)
+        try:
             rows = await self._aio.execute_fetchall(statement, numbered(params))
         except ValueError:  # aiosqlite's "Connection closed": stopped meanwhile
-            if self._stopped:
-                raise _closed(True) from None
-            raise
+            raise self._closed_meanwhile() from None
         return rows  # type: ignore[return-value]  # sqlite3's fetchall(): a list
 
     async def executescript(self, script: str) -> None:
@@ -99,26 +97,18 @@ class Connection:
         if self._stopped or not self.thread.is_alive():
             raise _closed(self._stopped)
         if _get_running_loop() is None:
-            await to_thread(_in_asyncio, self._executescript, script)
+            await to_thread(_in_asyncio, self.executescript, script)
             return
-        await self._executescript(script)
-
-    async def _fetchall(self, statement: str, params: Sequence[object]) -> list[Any]:
-        try:
-            rows = await self._aio.execute_fetchall(statement, numbered(params))
-        except ValueError:  # aiosqlite's "Connection closed": stopped meanwhile
-            if self._stopped:
-                raise _closed(True) from None
-            raise
-        return rows  # type: ignore[return-value]  # sqlite3's fetchall(): a list
-
-    async def _executescript(self, script: str) -> None:
         try:
             await self._aio.executescript(script)
         except ValueError:
-            if self._stopped:
-                raise _closed(True) from None
-            raise
+            raise self._closed_meanwhile() from None
+
+    def _closed_meanwhile(self) -> Exception:
+        """What aiosqlite's ``ValueError`` (its "Connection closed") means here."""
+        if self._stopped:
+            return _closed(True)
+        return sqlite3.ProgrammingError("aiosqlite refused the statement: connection closed")
 
     async def close(self) -> None:
         """Close the connection after the statements queued on it; wait for its thread."""
