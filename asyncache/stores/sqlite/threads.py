@@ -39,8 +39,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
-import aiosqlite
 import anyio.to_thread
+
+try:
+    import aiosqlite
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError("SQLiteStore needs: pip install 'asyncache-ml[sqlite]'") from exc
 
 from .sql import numbered
 
