@@ -21,6 +21,7 @@ import enum
 import hashlib
 import math
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -431,35 +432,126 @@ def make_key(
     return KeyBuilder(namespace, fingerprint).key(inputs, scope)
 
 
-# Inputs encoding to at most this many bytes have their keys remembered (``RecentKeys``);
-# past it, hashing the bytes once costs about what looking them up would.
+# Inputs encoding to at most this many bytes have their keys remembered by those bytes
+# (``RecentKeys``); past it, hashing the bytes to look them up costs about what hashing
+# them into the key does, and larger inputs are remembered by value instead.
 KEY_BYTES = 256
-# How many recent keys ``RecentKeys`` remembers; the oldest goes first.
+# How many recent keys ``RecentKeys`` remembers of each kind; the oldest goes first.
 RECENT_KEYS = 512
-# A function whose inputs encode large looks up one call in this many.
+# The most bytes the inputs remembered by value hold together (strings are the caller's
+# own objects, kept alive by the memory), and the most one input may hold to be remembered.
+RECENT_INPUT_BYTES = 8 * 1024 * 1024
+RECENT_INPUT_MAX = 256 * 1024
+# After an input that encodes large, this many calls look up by value first; after one
+# that cannot be remembered by value, this many calls skip the memory altogether.
 PROBE_EVERY = 64
+# Remembered by value: at most this many items in all the input's containers together.
+_FROZEN_ITEMS = 64
+
+
+class _Unfrozen(Exception):
+    """The input holds something ``frozen`` does not take (or too many items)."""
+
+
+# Markers in a frozen input: each equal only to itself, so no user value can pose as one.
+_LIST, _DICT, _FLOAT, _TRUE, _FALSE = (object() for _ in range(5))
+
+
+def _freeze(obj: Any, budget: list[int]) -> Any:
+    cls = type(obj)
+    if cls is str or cls is int or obj is None:
+        return obj
+    if cls is bool:
+        return _TRUE if obj else _FALSE  # True == 1: a marker keeps them apart
+    if cls is float:
+        return (_FLOAT, obj.hex())  # 1.0 == 1 and 0.0 == -0.0: the bits keep them apart
+    if cls is list or cls is tuple:
+        budget[0] -= len(obj)
+        if budget[0] < 0:
+            raise _Unfrozen
+        for item in obj:
+            if type(item) is not str:
+                return (_LIST, *[_freeze(item, budget) for item in obj])
+        return (_LIST, *obj)  # strings only (a prompt's pieces): as they are
+    if cls is dict:
+        budget[0] -= len(obj)
+        if budget[0] < 0:
+            raise _Unfrozen
+        return _freeze_dict(obj, budget)
+    raise _Unfrozen
+
+
+def _freeze_dict(obj: dict[Any, Any], budget: list[int]) -> tuple[Any, ...]:
+    parts: list[Any] = [_DICT]
+    for name, value in obj.items():
+        if type(name) is not str:
+            raise _Unfrozen
+        cls = type(value)
+        if cls is str or cls is int or value is None:  # a leaf as it is, without a call
+            parts += (name, value)
+        else:
+            parts += (name, _freeze(value, budget))
+    return tuple(parts)
+
+
+def frozen(inputs: Any) -> tuple[Any, ...] | None:
+    """A hashable value equal for two inputs only when they key alike, or ``None``.
+
+    Built at call time from exact ``str``, ``int``, ``float``, ``bool`` and
+    ``None`` leaves in lists, tuples and dicts with string keys (anything else,
+    or more than 64 items in all: ``None``): a list changed after the call
+    makes another value. Strings are held as they are (immutable), so
+    comparing a caller's same string object again reads none of its
+    characters, and its hash is cached on it.
+    """
+    if type(inputs) is not dict:
+        return None
+    try:
+        return _freeze_dict(inputs, [_FROZEN_ITEMS - len(inputs)])
+    except _Unfrozen:
+        return None
+
+
+def _frozen_bytes(value: Any) -> int:
+    """Bytes a frozen input holds: its tuples, strings and numbers (markers are shared)."""
+    total = sys.getsizeof(value)
+    if type(value) is tuple:
+        for item in value:
+            if type(item) is not object:
+                total += _frozen_bytes(item)
+    return total
 
 
 class RecentKeys:
-    """``KeyBuilder.key`` for unscoped inputs, with the keys of recent small ones remembered.
+    """``KeyBuilder.key`` for unscoped inputs, with the keys of recent inputs remembered.
 
-    Remembered by orjson's plain bytes of the inputs, looked up before anything
-    else, and kept only when those bytes are the inputs' canonical bytes (they
-    hold no ``null``, so no ``None`` can be a NaN: ``keys.canonical``'s rule);
-    so an input found here keys exactly as ``KeyBuilder.key`` keys it. A
-    function whose inputs encode large skips the lookup (probing again now and
-    then), so it pays for no second encoding.
+    Small inputs are remembered by orjson's plain bytes of the inputs, looked
+    up before anything else, and kept only when those bytes are the inputs'
+    canonical bytes (they hold no ``null``, so no ``None`` can be a NaN:
+    ``keys.canonical``'s rule); so an input found here keys exactly as
+    ``KeyBuilder.key`` keys it. Large ones (a long prompt) are remembered by
+    value (``frozen``): a repeated prompt then costs neither its encoding nor
+    its hash, and what is remembered is bounded in the bytes it holds. A
+    function whose inputs can be remembered neither way skips the lookup
+    (probing again now and then), so it pays for no second encoding.
+
+    Several threads may share it: lookups are single dict reads, and what
+    changes the memories takes a lock.
 
     Args:
         builder: builds the keys.
     """
 
-    __slots__ = ("_builder", "_known", "_skip")
+    __slots__ = ("_builder", "_by_value", "_held", "_known", "_large", "_lock", "_skip")
 
     def __init__(self, builder: KeyBuilder) -> None:
         self._builder = builder
         self._known: dict[bytes, bytes] = {}
+        self._by_value: dict[tuple[Any, ...], tuple[bytes, int]] = {}
+        self._held = 0  # bytes the inputs in _by_value hold
         self._skip = 0
+        self._large = 0
+        self._lock = threading.Lock()
 
     def key(self, inputs: Any) -> bytes:
         """The key of ``inputs`` (unscoped), as ``KeyBuilder.key`` gives it.
@@ -467,7 +559,11 @@ class RecentKeys:
         Raises:
             TypeError: an input cannot be encoded.
         """
-        if self._skip:
+        # "> 0": threads sharing the countdowns may take one below zero.
+        if self._large > 0:
+            self._large -= 1
+            return self._by_value_key(inputs)
+        if self._skip > 0:
             self._skip -= 1
             return self._builder.key(inputs)
         try:
@@ -475,16 +571,39 @@ class RecentKeys:
         except orjson.JSONEncodeError:
             return self._builder.key(inputs)  # tagged: the careful walk
         if len(raw) > KEY_BYTES:
-            self._skip = PROBE_EVERY
-            return self._builder.key(inputs)
+            self._large = PROBE_EVERY
+            return self._by_value_key(inputs)
         known = self._known
         key = known.get(raw)
         if key is None:
             exact = canonical(inputs)
             key = self._builder.digest(exact)  # KeyBuilder.key, unscoped
             if exact == raw and raw.find(b"null") < 0:
-                if len(known) >= RECENT_KEYS:
-                    del known[next(iter(known))]
-                # A copy: orjson's own bytes keep the spare room of its buffer (4 KiB).
-                known[bytes(memoryview(raw))] = key
+                with self._lock:
+                    while len(known) >= RECENT_KEYS:
+                        del known[next(iter(known))]
+                    # A copy: orjson's own bytes keep the spare room of its buffer (4 KiB).
+                    known[bytes(memoryview(raw))] = key
+        return key
+
+    def _by_value_key(self, inputs: Any) -> bytes:
+        value = frozen(inputs)
+        if value is None:
+            self._large, self._skip = 0, PROBE_EVERY
+            return self._builder.key(inputs)
+        remembered = self._by_value.get(value)
+        if remembered is not None:
+            return remembered[0]
+        key = self._builder.key(inputs)
+        held = _frozen_bytes(value)
+        if held <= RECENT_INPUT_MAX:
+            with self._lock:
+                by_value = self._by_value
+                while by_value and (
+                    len(by_value) >= RECENT_KEYS or self._held + held > RECENT_INPUT_BYTES
+                ):
+                    self._held -= by_value.pop(next(iter(by_value)))[1]
+                if value not in by_value:
+                    by_value[value] = (key, held)
+                    self._held += held
         return key

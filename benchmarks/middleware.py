@@ -53,6 +53,12 @@ from typing import Any
 # Importing _common also puts the checkout's root on sys.path, for asyncache.
 from _common import machine as describe_machine
 
+# Where a server imports asyncache from, when not this checkout (--before): ahead of
+# the checkout _common put first (here, at import: a granian worker imports this module).
+_TREE = "ASYNCACHE_BENCH_TREE"
+if os.environ.get(_TREE):
+    sys.path.insert(0, os.environ[_TREE])
+
 ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 TEXT = "the service was quick and the staff were friendly, would book again"
@@ -130,13 +136,15 @@ def fastapi_cache2_app() -> Any:
     return app
 
 
-def cached(app: Any, **options: Any) -> Any:
+def cached(app: Any, *, defaults: bool = False, **options: Any) -> Any:
     from asyncache import DecisionCache
     from asyncache.middleware import DecisionCacheMiddleware
 
     # Without Server-Timing: its value differs on every response, and the side-by-side
-    # part checks that the hit sends the constant response's very bytes.
-    options.setdefault("server_timing", False)
+    # part checks that the hit sends the constant response's very bytes. ``defaults``:
+    # the middleware as it comes (Server-Timing on), for what that costs.
+    if not defaults:
+        options.setdefault("server_timing", False)
     return DecisionCacheMiddleware(app, cache=DecisionCache(), routes=["/predict"], **options)
 
 
@@ -149,7 +157,11 @@ CONSTANT_HEADERS = [
 ]
 
 
-def constant_app() -> ASGIApp:
+# What a hit with the default settings adds: a Server-Timing header (of a typical length).
+TIMING_HEADER = (b"server-timing", b"cache;desc=hit;dur=0.012")
+
+
+def constant_app(headers: list[tuple[bytes, bytes]] = CONSTANT_HEADERS) -> ASGIApp:
     """The limit: a raw ASGI app that reads the request and answers one constant response.
 
     No routing, no parsing, no cache: the fastest any in-process cache could
@@ -161,7 +173,7 @@ def constant_app() -> ASGIApp:
     start = {
         "type": "http.response.start",
         "status": 200,
-        "headers": CONSTANT_HEADERS,
+        "headers": headers,
     }
     body = {"type": "http.response.body", "body": CONSTANT_BODY}
 
@@ -217,6 +229,8 @@ def granian_target() -> Any:
 def serve_app(kind: str) -> Any:
     if kind == "constant":
         return constant_app()
+    if kind == "constant+timing":
+        return constant_app([*CONSTANT_HEADERS, TIMING_HEADER])
     if kind == "lookup":
         return lookup_app()
     if kind == "starlette":
@@ -225,6 +239,8 @@ def serve_app(kind: str) -> Any:
         return fastapi_app()
     if kind == "starlette+asyncache":
         return cached(starlette_app())
+    if kind == "starlette+asyncache+defaults":
+        return cached(starlette_app(), defaults=True)
     if kind == "fastapi+asyncache":
         return cached(fastapi_app())
     raise SystemExit(f"unknown app {kind!r}")
@@ -368,15 +384,22 @@ def pinned(cpus: set[int] | None) -> Callable[[], None] | None:
 
 
 @contextlib.contextmanager
-def server(kind: str, software: str = "uvicorn", cpus: set[int] | None = None) -> Iterator[int]:
+def server(
+    kind: str, software: str = "uvicorn", cpus: set[int] | None = None, tree: Path | None = None
+) -> Iterator[int]:
+    """A server of ``kind`` on a free port; ``tree``: with asyncache from that checkout."""
     from tests.support import free_port
 
     port = free_port()
+    env = dict(os.environ)
+    if tree is not None:
+        env[_TREE] = str(tree)
     process = subprocess.Popen(
         [sys.executable, __file__, "--serve", kind, "--server", software, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         preexec_fn=pinned(cpus),
+        env=env,
     )
     try:
         deadline = time.monotonic() + 30
@@ -501,7 +524,12 @@ SIDE_BY_SIDE = ("constant", "constant (control)", "lookup", "starlette+asyncache
 
 
 def side_by_side(
-    software: str, seconds: int, rounds: int, connections: int
+    software: str,
+    seconds: int,
+    rounds: int,
+    connections: int,
+    kinds: tuple[str, ...] = SIDE_BY_SIDE,
+    before: Path | None = None,
 ) -> dict[str, list[float]]:
     """Each round's throughput of the others in ``SIDE_BY_SIDE`` over the constant response's.
 
@@ -518,27 +546,145 @@ def side_by_side(
     available = os.sched_getaffinity(0)
     servers_cpu = {min(available)}
     load_cpus = available - servers_cpu
-    ratios: dict[str, list[float]] = {kind: [] for kind in SIDE_BY_SIDE[1:]}
+    ratios: dict[str, list[float]] = {kind: [] for kind in kinds[1:]}
     with contextlib.ExitStack() as servers:
         ports = {
-            kind: servers.enter_context(server(kind.split()[0], software, servers_cpu))
-            for kind in SIDE_BY_SIDE
+            kind: servers.enter_context(
+                server(
+                    kind.split()[0], software, servers_cpu, before if "(before)" in kind else None
+                )
+            )
+            for kind in kinds
         }
-        assert probe(ports["starlette+asyncache"]) == (200, "hit")
-        for kind in SIDE_BY_SIDE[1:]:  # the same bytes from all: only finding them differs
-            assert answer(ports[kind]) == answer(ports["constant"]), (kind, answer(ports[kind]))
-        with ThreadPoolExecutor(len(SIDE_BY_SIDE)) as pool:
+        for kind in kinds:
+            if "asyncache" in kind:
+                assert probe(ports[kind]) == (200, "hit"), kind
+        for kind in kinds[1:]:  # the same bytes from all: only finding them differs
+            got = _without_timing(answer(ports[kind]))
+            assert got == answer(ports["constant"]), (kind, got)
+        with ThreadPoolExecutor(len(kinds)) as pool:
             for round_ in range(rounds + 1):
                 runs = pool.map(
                     lambda kind: run_wrk(ports[kind], seconds, connections, load_cpus),
-                    SIDE_BY_SIDE,
+                    kinds,
                 )
-                done = dict(zip(SIDE_BY_SIDE, runs, strict=True))
+                done = dict(zip(kinds, runs, strict=True))
                 if round_ == 0:
                     continue  # the first round warms the servers up
                 for kind in ratios:
                     ratios[kind].append(done[kind] / done["constant"])
     return ratios
+
+
+def ratio_head(described: str) -> None:
+    """Prints a side-by-side table's description and head (``ratio_row`` prints its rows)."""
+    print(described)
+    print()
+    print("| app | server | median ratio | lowest | highest |")
+    print("|---|---|---:|---:|---:|")
+
+
+def ratio_row(label: str, software: str, values: list[float]) -> dict[str, Any]:
+    """One side-by-side row (the rounds' ratios ``values``), printed, for the JSON table."""
+    middle, low, high = statistics.median(values), min(values), max(values)
+    print(f"| {label} | {software} | {middle:.3f}x | {low:.3f}x | {high:.3f}x |")
+    return {
+        "app": label,
+        "server": software,
+        "median_ratio": round(middle, 3),
+        "lowest": round(low, 3),
+        "highest": round(high, 3),
+    }
+
+
+def _without_timing(
+    answered: tuple[int, list[tuple[str, str]], bytes],
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    status, headers, body = answered
+    return status, [item for item in headers if item[0] != "server-timing"], body
+
+
+TIMING = (
+    "constant",
+    "constant (control)",
+    "constant+timing",
+    "starlette+asyncache",
+    "starlette+asyncache+defaults",
+)
+
+
+async def timing_in_process(rounds: int, count: int) -> dict[str, float]:
+    """Microseconds per in-process hit, Server-Timing off and on (best of interleaved rounds)."""
+    post = scope_for("POST")
+    cases = {
+        "server_timing=False": cached(starlette_app()),
+        "default settings": cached(starlette_app(), defaults=True),
+    }
+    for app in cases.values():
+        await call(app, post, BODY)  # the miss that stores the answer
+        assert (b"x-cache", b"hit") in (await call(app, post, BODY)).headers
+        await timed(app, post, BODY, count // 4)
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, app in cases.items():
+            samples[name].append(await timed(app, post, BODY, count))
+    return {name: min(values) for name, values in samples.items()}
+
+
+def timing_side_by_side(seconds: int, rounds: int, before: Path | None) -> dict[str, Any]:
+    """The hit with the default settings (Server-Timing on) and without it, side by side
+    with the constant response; with ``before``, the same two from that checkout too."""
+    kinds = TIMING
+    if before is not None:
+        kinds += ("starlette+asyncache (before)", "starlette+asyncache+defaults (before)")
+    softwares = ["uvicorn"] + (["granian"] if importlib.util.find_spec("granian") else [])
+    described = (
+        f"Side by side, as above ({rounds} rounds of {seconds}s): the hit with the default "
+        "settings (Server-Timing on) and with server_timing=False"
+        + (f", each from this checkout and from {before}" if before is not None else "")
+        + "; each round's throughput over the constant response's (which sends no "
+        "Server-Timing)"
+    )
+    inside = asyncio.run(timing_in_process(7, 5000))
+    print("In process (raw ASGI calls, best of 7 interleaved rounds of 5000), this checkout:")
+    for name, micros in inside.items():
+        print(f"- hit, {name}: {micros:.2f} us")
+    print()
+    ratio_head(described)
+    rows = []
+    for software in softwares:
+        ratios = side_by_side(software, seconds, rounds, 32, kinds, before)
+        for kind, values in ratios.items():
+            label = kind.replace("+defaults", ", default settings").replace(
+                "starlette+asyncache", "starlette+asyncache hit"
+            )
+            if kind.split()[0] == "starlette+asyncache":
+                label = label.replace("hit", "hit, server_timing=False", 1)
+            rows.append(ratio_row(label, software, values))
+        derived = {
+            "Server-Timing's share kept (default settings / server_timing=False, per round)": [
+                on / off
+                for on, off in zip(
+                    ratios["starlette+asyncache+defaults"],
+                    ratios["starlette+asyncache"],
+                    strict=True,
+                )
+            ],
+            "default-settings hit over a constant response with the same Server-Timing": [
+                on / limit
+                for on, limit in zip(
+                    ratios["starlette+asyncache+defaults"], ratios["constant+timing"], strict=True
+                )
+            ],
+        }
+        for label, values in derived.items():
+            rows.append(ratio_row(label, software, values))
+    return {
+        "description": described,
+        "rows": rows,
+        "columns": list(rows[0]),
+        "in_process_us": inside,
+    }
 
 
 # -- the table ---------------------------------------------------------------
@@ -555,10 +701,7 @@ def side_by_side_table(report: dict[str, Any], seconds: int, rounds: int) -> dic
         f"over the constant response's in that round"
     )
     print()
-    print(described)
-    print()
-    print("| app | server | median ratio | lowest | highest |")
-    print("|---|---|---:|---:|---:|")
+    ratio_head(described)
     rows = []
     for software in softwares:
         ratios = side_by_side(software, seconds, rounds, connections=32)
@@ -567,17 +710,7 @@ def side_by_side_table(report: dict[str, Any], seconds: int, rounds: int) -> dic
                 "constant (control)": "second constant response (the control)",
                 "lookup": "one dict lookup by the request (the least a keyed cache does)",
             }.get(kind, f"{kind} (every request a hit)")
-            middle, low, high = statistics.median(values), min(values), max(values)
-            print(f"| {label} | {software} | {middle:.3f}x | {low:.3f}x | {high:.3f}x |")
-            rows.append(
-                {
-                    "app": label,
-                    "server": software,
-                    "median_ratio": round(middle, 3),
-                    "lowest": round(low, 3),
-                    "highest": round(high, 3),
-                }
-            )
+            rows.append(ratio_row(label, software, values))
         hit = statistics.median(ratios["starlette+asyncache"])
         control = statistics.median(ratios["constant (control)"])
         report[f"server_lookup_vs_constant_{software}"] = round(
@@ -601,10 +734,21 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short rounds")
     parser.add_argument("--no-server", action="store_true", help="skip the real-server part")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--timing",
+        action="store_true",
+        help="only the side-by-side part for the default settings (Server-Timing on)",
+    )
+    parser.add_argument("--before", type=Path, help="with --timing: a checkout to compare")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--server", default="uvicorn", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.timing:
+        table = timing_side_by_side(2, 4 if args.quick else 10, args.before)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"timing_side_by_side": table}, indent=2))
+        return
     if args.serve and args.server == "granian":
         from granian import Granian  # type: ignore[attr-defined]
 

@@ -49,8 +49,13 @@ DEFAULT_IMAGES = ROOT / "docs" / "img"
 # The scripts the other parts of the project ship, in the order the page shows them.
 SCRIPTS: tuple[tuple[str, str], ...] = (
     ("hit_path", "The hit path: decorator on MemoryStore, key cost, heap per decision"),
+    (
+        "hit_path_before_after",
+        "The hit path before and after the hit-path work: nested results, long inputs",
+    ),
     ("stores", "Stores: SQLite, Redis, tiered, beside raw drivers and peers"),
     ("middleware", "The ASGI middleware, beside bare routes and fastapi-cache2"),
+    ("middleware_timing", "The middleware's hit with its default settings, before and after"),
     ("models", "Models: MiniLM misses and hits, batching, offload"),
     ("backend_sharing", "One cache for every backend"),
     ("fleet", "Fleet: a hot-key burst across processes, leases off and on"),
@@ -72,6 +77,9 @@ SCRIPT_ARGS: dict[str, list[str]] = {
     # load: a closed loop's connections all end up waiting on a fault's keys, which
     # would leave the other keys no requests to measure.
     "fleet_watch": ["--both-modes", "--rate", "300"],
+    # "Before": the commit the hit-path work (issues 31 and 33) started from.
+    "hit_path_before_after": ["--before-ref", "cf49116"],
+    "middleware_timing": ["--before-ref", "cf49116"],
 }
 
 SIZES = (140, 2_000, 20_000)

@@ -13,7 +13,12 @@ waits for a slow reader then. Past that, or once the result is known to be
 for its own caller only, pieces are dropped as soon as every reader took them,
 and the producer is paced by its slowest reader, as a server paces an app by
 its one socket; when no reader is left, ``push`` raises ``OSError``, as a
-server's ``send`` does once the client went away.
+server's ``send`` does once the client went away. With a ``lag_limit`` (the
+middleware's: one client's socket must not hold up the others), a stream that
+others follow is paced by its fastest reader instead, and a reader that falls
+more than ``lag_limit`` bytes (or ``max_pieces`` pieces) behind it is detached
+(``Reader.detached``): the pieces it did not take are not kept for it, and it
+gets no more.
 
 What a piece is, which pieces pace the producer and which one ends the stream
 is the door's ``Framing``: the middleware's frames ASGI messages, the
@@ -53,15 +58,17 @@ class Framing(Protocol):
 class Reader:
     """One request's place in a ``Broadcast``."""
 
-    __slots__ = ("active", "owner", "position")
+    __slots__ = ("active", "detached", "owner", "position")
 
     def __init__(self, position: int, *, owner: bool) -> None:
         self.position = position
         """The index of the next message this request sends."""
         self.active = True
-        """False once this request stopped reading (done, gone, or released)."""
+        """False once this request stopped reading (done, gone, released, or detached)."""
         self.owner = owner
         """Whether this request's own receive feeds the app."""
+        self.detached = False
+        """It lagged past the broadcast's ``lag_limit``: it gets no more pieces."""
 
 
 class Broadcast:
@@ -72,6 +79,9 @@ class Broadcast:
         framing: what the pieces are.
         joinable: whether identical callers may join (``False``: a run of one caller's own).
         max_pieces: the most pieces kept, whatever their size.
+        lag_limit: once followed and past the keep limit, pace the producer by the
+            fastest reader and detach a reader that lags it by more than this many
+            bytes; ``None``: pace it by the slowest reader.
     """
 
     __slots__ = (
@@ -86,6 +96,7 @@ class Broadcast:
         "joinable",
         "keep",
         "keep_limit",
+        "lag_limit",
         "max_pieces",
         "messages",
         "overflow",
@@ -95,6 +106,7 @@ class Broadcast:
         "shared",
         "size",
         "source",
+        "starts",
         "traceback",
         "value",
     )
@@ -106,8 +118,13 @@ class Broadcast:
         *,
         joinable: bool = True,
         max_pieces: int = MAX_PIECES,
+        lag_limit: int | None = None,
     ) -> None:
         self.messages: list[Any] = []
+        self.starts: list[int] = []
+        """The bytes pushed before each of ``messages``: how far behind a reader is
+        (kept with a ``lag_limit`` only)."""
+        self.lag_limit = lag_limit
         self.base = 0
         """The index of ``messages[0]`` among all the messages of the run."""
         self.size = 0
@@ -173,7 +190,9 @@ class Broadcast:
         event.set()
 
     def take(self, reader: Reader) -> Any:
-        """The next message for ``reader``, or ``None`` when it has none yet."""
+        """The next message for ``reader``, or ``None`` when it has none (yet, or any more)."""
+        if reader.detached:
+            return None
         index = reader.position - self.base
         if index < len(self.messages):
             return self.messages[index]
@@ -206,6 +225,8 @@ class Broadcast:
                 self.overflow = "pieces"
                 self.stop_keeping()
         framing = self.framing
+        if self.lag_limit is not None:
+            self.starts.append(self.size - size)
         self.messages.append(message)
         if framing.final(message):
             self.complete = True
@@ -215,10 +236,12 @@ class Broadcast:
             total = self.base + len(self.messages)
             anyone = False
             lowest = total
+            highest = -1
             for reader in self.readers:
                 if reader.active:
                     anyone = True
                     lowest = min(lowest, reader.position)
+                    highest = max(highest, reader.position)
             if not anyone:
                 if self.keep or self.complete:
                     return
@@ -226,11 +249,42 @@ class Broadcast:
             if not paced:
                 return
             if self.followed:
-                if self.keep or lowest >= total - 1:
+                if self.keep:
+                    return
+                if self.lag_limit is not None:
+                    # Nobody waits on another client's socket: paced by the fastest.
+                    if lowest < highest:
+                        self._detach_laggards(highest)
+                    if highest >= total - 1:
+                        return
+                elif lowest >= total - 1:
                     return
             elif lowest >= total:
                 return
             await self._changed.wait()
+
+    def _detach_laggards(self, highest: int) -> None:
+        """Detach the readers more than ``lag_limit`` bytes (or ``max_pieces`` pieces: empty
+        ones weigh nothing, yet are kept) behind the one at ``highest``."""
+        assert self.lag_limit is not None
+        ahead = self._offset(highest)
+        detached = False
+        for reader in self.readers:
+            if reader.active and (
+                ahead - self._offset(reader.position) > self.lag_limit
+                or highest - reader.position > self.max_pieces
+            ):
+                reader.active = False
+                reader.detached = True
+                detached = True
+        if detached:
+            self._trim()
+            self._wake()
+
+    def _offset(self, position: int) -> int:
+        """The bytes pushed before the message at ``position`` (all of them past the last)."""
+        index = position - self.base
+        return self.starts[index] if index < len(self.starts) else self.size
 
     def stop_keeping(self) -> None:
         """Keep pieces only until every reader took them; no caller may join any more."""
@@ -247,6 +301,7 @@ class Broadcast:
         )
         if lowest > self.base:
             del self.messages[: lowest - self.base]
+            del self.starts[: lowest - self.base]
             self.base = lowest
 
     def decide(self, *, shared: bool) -> None:

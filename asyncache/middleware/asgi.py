@@ -30,6 +30,7 @@ from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
 from .request import (
     FORWARDING,
     REMEMBERED_BODY_BYTES,
+    BodyBudget,
     BodyReplay,
     RequestHeads,
     RequestKeys,
@@ -87,6 +88,11 @@ class DecisionCacheMiddleware:
             whatever this says (they answer one request's ``Range`` or validators).
         max_body_bytes: request bodies larger than this bypass the cache; the
             app still receives them whole.
+        max_held_body_bytes: the most request bytes held, across all requests,
+            while their bodies arrive (clients that declare large bodies and
+            stall would otherwise hold ``max_body_bytes`` each): past it, a
+            body being read bypasses the cache (``body_budget``), handed to the
+            app as it stands.
         credentials: request headers that make a request private, in any
             case and with ``-`` or ``_`` alike (``x_api_key`` is ``X-Api-Key``).
         forwarding: what to do with a request that carries a forwarding header
@@ -100,19 +106,27 @@ class DecisionCacheMiddleware:
             run of the app to start its answer before running the app itself,
             in seconds. ``None`` (the default): a few times the route's
             typical run (``FOLLOWER_FACTOR`` times the moving average of the
-            runs whose answer could be shared, at least ``FOLLOWER_FLOOR``),
+            runs whose answer could be shared, or their slowest recent one
+            when longer, at least ``FOLLOWER_FLOOR``),
             and the cache's ``coalesce_timeout`` until one was timed. Never
             longer than ``coalesce_timeout``.
         fingerprint: the model's fingerprint for these routes; the cache's by default.
         status_header: the response header saying what happened
-            (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``); ``None`` for none.
+            (``hit``, ``miss``, ``shared``, ``bypass``, ``disabled``). ``None``
+            is the switch for clients that must not learn what the cache did:
+            no response then tells a hit from a run (no status header, no
+            ``Server-Timing``, no ``Age`` on hits), unless ``cache_status`` or
+            ``server_timing=True`` asks for one by name.
         cache_status: add an RFC 9211 ``Cache-Status`` header; ``True`` names
             this cache ``asyncache``, a string names it so.
         server_timing: add a W3C ``Server-Timing`` header,
             ``cache;desc=hit;dur=0.041``: the outcome, and the milliseconds from
             the request reaching the middleware to its response starting (for a
             miss, the app's time included). Browsers' developer tools and load
-            generators show it beside the round trip.
+            generators show it beside the round trip. ``None`` (the default):
+            on, unless ``status_header`` is ``None``; without a status header
+            the timing names no outcome (``cache;dur=...``), though a hit's
+            duration still tells it apart.
         on_hit: ``on_hit(asgi_scope)`` runs before a stored (or shared) answer is
             sent, to meter or authorize it (sync or async). ``False`` (or an
             exception) sends the request to the app instead.
@@ -156,11 +170,12 @@ class DecisionCacheMiddleware:
         admit: AdmitResponse | None = None,
         statuses: Iterable[int] = (200,),
         max_body_bytes: int = 1024 * 1024,
+        max_held_body_bytes: int = 64 * 1024 * 1024,
         credentials: Iterable[str] = ("authorization", "cookie"),
         fingerprint: str | Mapping[str, Any] | None = None,
         status_header: str | None = "X-Cache",
         cache_status: bool | str = False,
-        server_timing: bool = True,
+        server_timing: bool | None = None,
         on_hit: OnHit | None = None,
         audit: bool = False,
         forwarding: str = "bypass",
@@ -177,10 +192,13 @@ class DecisionCacheMiddleware:
             raise ValueError('forwarding must be "bypass" or "key"')
         if max_body_bytes < 0:
             raise ValueError("max_body_bytes must not be negative")
+        if max_held_body_bytes < 0:
+            raise ValueError("max_held_body_bytes must not be negative")
         self.app = app
         self.cache = cache
         self._engine = cache.engine  # made with the cache, never replaced
         self.max_body_bytes = max_body_bytes
+        self._bodies = BodyBudget(max_held_body_bytes)
         self.stats: MiddlewareStats = middleware_stats(cache)
         self._routes = RouteTable(routes if routes is not None else paths)
         self._exact_routes = self._routes.exact
@@ -196,12 +214,15 @@ class DecisionCacheMiddleware:
         )
         self._scope_fn = scope
         self._headers = StatusHeaders(status_header, cache_status)
-        self._server_timing = server_timing
+        # status_header=None: the one switch that keeps outcomes from clients (docs/security.md).
+        self._server_timing = status_header is not None if server_timing is None else server_timing
         hit_headers = self._headers.for_outcome("hit")
         # What this middleware's hits make of a stored answer (hit_now's made): its
         # replay, with this middleware's hit headers already joined to the stored ones.
-        self._ready = replay_maker(hit_headers, head=False)
-        self._ready_for_head = replay_maker(hit_headers, head=True)
+        self._hit_desc = b"hit" if self._headers.status_name is not None else None
+        ages = self._headers.ages
+        self._ready = replay_maker(hit_headers, head=False, ages=ages)
+        self._ready_for_head = replay_maker(hit_headers, head=True, ages=ages)
         self._on_hit = on_hit
         self._settings = ExchangeSettings(
             app=app,
@@ -243,16 +264,14 @@ class DecisionCacheMiddleware:
             scope.setdefault(BYPASS_COUNTED, []).append((self.stats, "route"))
             await self.app(scope, receive, send)
             return
-        if self._server_timing:
-            # The client's send: a hit answered below adds its timing itself (no wrapper).
-            client_send, send = send, TimedSend(send, started, self._headers.status_name)
-        else:
-            client_send = send
+        # The client's send is wrapped to add Server-Timing (_timed) only where the answer
+        # is not a hit answered below, which adds its own: a hit makes no wrapper.
         engine = self._engine
-        if not engine.enabled:
+        if engine.mode == "off":  # not enabled (the property, without its call)
             self.stats.outcomes["disabled"] += 1
             engine.stats.bypassed += 1
-            await self.app(scope, receive, self._headers.tagged(send, "disabled"))
+            timed = self._timed(send, started)
+            await self.app(scope, receive, self._headers.tagged(timed, "disabled"))
             return
         headers = scope.get("headers", ())
         try:
@@ -263,7 +282,7 @@ class DecisionCacheMiddleware:
         if head is None:
             head = self._heads.read(headers)
         if head.refusal is not None:  # body_too_large (by its Content-Length) among them
-            await self._bypass(scope, receive, send, head.refusal)
+            await self._bypass(scope, receive, self._timed(send, started), head.refusal)
             return
         principal: Any = None
         if self._scope_fn is not None:
@@ -273,10 +292,10 @@ class DecisionCacheMiddleware:
                     principal = await principal
             except Exception as exc:
                 _log.warning("scope", "asyncache: the scope function raised %r; bypassing", exc)
-                await self._bypass(scope, receive, send, "scope_error")
+                await self._bypass(scope, receive, self._timed(send, started), "scope_error")
                 return
         if head.credentials and principal is None:
-            await self._bypass(scope, receive, send, "credentials")
+            await self._bypass(scope, receive, self._timed(send, started), "credentials")
             return
         message = await receive()
         body = message.get("body", b"")
@@ -290,10 +309,14 @@ class DecisionCacheMiddleware:
                 received = (message, last)
         replay: list[Message] | None = None  # None: whole_body(), made only when the app runs
         if received:
-            read = await read_body(receive, self.max_body_bytes, *received)
+            read = await read_body(receive, self.max_body_bytes, *received, budget=self._bodies)
             if read.body is None:
+                # What was read is the app's now (read.replay): kept here, it would stay
+                # for as long as the request.
+                del message, body, received
                 replay_receive = BodyReplay(read.replay, receive)
-                await self._bypass(scope, replay_receive, send, read.reason or "body_incomplete")
+                reason = read.reason or "body_incomplete"
+                await self._bypass(scope, replay_receive, self._timed(send, started), reason)
                 return
             body, replay = read.body, read.replay
         key = None
@@ -323,7 +346,10 @@ class DecisionCacheMiddleware:
             # Only a scope function's exotic return value gets here: the body is JSON or bytes.
             _log.warning("key", "asyncache: the request cannot be keyed (%s); bypassing", exc)
             await self._bypass(
-                scope, BodyReplay(replay or whole_body(message, body), receive), send, "unkeyable"
+                scope,
+                BodyReplay(replay or whole_body(message, body), receive),
+                self._timed(send, started),
+                "unkeyable",
             )
             return
         # A hit on an entry in memory: answered now, from the replay made on its first hit.
@@ -332,15 +358,13 @@ class DecisionCacheMiddleware:
             self.stats.outcomes["hit"] += 1
             # Fresh messages (what is in front may change them), from the replay's parts.
             headers = value.hit_start()
-            if client_send is not send:
-                headers.append(timing_header(b"hit", started))
-            await client_send(
-                {"type": "http.response.start", "status": value.status, "headers": headers}
-            )
-            await client_send(
-                {"type": "http.response.body", "body": value.body, "more_body": False}
-            )
+            if self._server_timing:
+                # Named only where the status header names outcomes (as TimedSend does).
+                headers.append(timing_header(self._hit_desc, started))
+            await send({"type": "http.response.start", "status": value.status, "headers": headers})
+            await send({"type": "http.response.body", "body": value.body, "more_body": False})
             return
+        send = self._timed(send, started)
         exchange = Exchange(
             self._settings,
             scope,
@@ -359,6 +383,12 @@ class DecisionCacheMiddleware:
             # What this run stores counts against its scope's budget in a memory store.
             with entries_of(principal):
                 await exchange.run()
+
+    def _timed(self, send: Send, started: float) -> Send:
+        """The client's ``send``, adding ``Server-Timing`` when this middleware does."""
+        if self._server_timing:
+            return TimedSend(send, started, self._headers.status_name)
+        return send
 
     async def _bypass(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         if self._engine.mode == "replay":

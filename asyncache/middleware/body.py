@@ -22,7 +22,7 @@ from urllib.parse import unquote_plus
 
 import orjson
 
-__all__ = ["body_slot", "exact_json", "sorted_query"]
+__all__ = ["LONG_MEDIA_BYTES", "body_slot", "exact_json", "sorted_query"]
 
 
 def sorted_query(query_string: bytes) -> list[tuple[str, str | None]]:
@@ -62,6 +62,9 @@ def body_slot(content_type: bytes, body: bytes) -> list[Any]:
     else, malformed JSON included, keys on its raw bytes. Either way the whole
     ``Content-Type`` value is keyed, parameters included: an app may answer
     ``application/json; version=2`` otherwise than ``application/json``.
+    A value longer than ``LONG_MEDIA_BYTES`` keys on its digest, as a list (no
+    string keys like it): building the key of a request that sends a megabyte
+    ``Content-Type`` must not cost ten times that.
     """
     known = _MEDIA.get(content_type)
     if known is None:
@@ -169,14 +172,25 @@ def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 # same few values over and over. Only short values are remembered, so what this
 # holds is bounded in bytes (_MEDIA_MAX * _MEDIA_VALUE_BYTES), not only in count:
 # a client sending a megabyte Content-Type must not leave it behind.
-_MEDIA: dict[bytes, tuple[str, bool]] = {}
+_MEDIA: dict[bytes, tuple[str | list[str], bool]] = {}
 _MEDIA_MAX = 256
 _MEDIA_VALUE_BYTES = 128
 
 
-def _media(content_type: bytes) -> tuple[str, bool]:
-    ctype = content_type.decode("latin-1")
-    media = ctype.partition(";")[0].strip().lower()
+LONG_MEDIA_BYTES = 1024
+"""A ``Content-Type`` longer than this keys on its digest (a media type's name is at
+most 255 bytes, RFC 6838 4.2, so it is read from this many first bytes)."""
+
+
+def _media(content_type: bytes) -> tuple[str | list[str], bool]:
+    ctype: str | list[str]
+    if len(content_type) > LONG_MEDIA_BYTES:
+        ctype = ["blake2b", hashlib.blake2b(content_type, digest_size=16).hexdigest()]
+        name, semicolon, _ = content_type[:LONG_MEDIA_BYTES].partition(b";")
+        media = name.decode("latin-1").strip().lower() if semicolon else ""
+    else:
+        ctype = content_type.decode("latin-1")
+        media = ctype.partition(";")[0].strip().lower()
     known = (ctype, media == "application/json" or media.endswith("+json"))
     if len(_MEDIA) < _MEDIA_MAX and len(content_type) <= _MEDIA_VALUE_BYTES:
         _MEDIA[content_type] = known

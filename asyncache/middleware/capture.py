@@ -38,6 +38,7 @@ from .response import AdmitResponse, Replay, StoredResponse, admitted, refusal, 
 from .types import Headers, Message, Scope
 
 __all__ = [
+    "LAG_LIMIT",
     "STALE_IF_ERROR_STATUSES",
     "Finish",
     "ResponseCapture",
@@ -94,9 +95,22 @@ class ResponseFraming:
         return False
 
 
+LAG_LIMIT = 1024 * 1024
+"""How many bytes a client may fall behind the fastest client sharing a run (past the
+cache's ``max_entry_bytes``, when that is larger) before it is detached: its response
+ends there, incomplete, and the app goes on for the others at their pace."""
+
+
 def response_broadcast(keep_limit: int, *, joinable: bool) -> Broadcast:
-    """A ``Broadcast`` of one run of the app's response."""
-    return Broadcast(keep_limit, ResponseFraming(), joinable=joinable)
+    """A ``Broadcast`` of one run of the app's response.
+
+    Nobody waits on another client's socket: once shared and past what is
+    kept, it is paced by its fastest client, and a client that lags it by more
+    than ``LAG_LIMIT`` (a socket that does not read) is detached.
+    """
+    return Broadcast(
+        keep_limit, ResponseFraming(), joinable=joinable, lag_limit=max(keep_limit, LAG_LIMIT)
+    )
 
 
 class ResponseCapture:

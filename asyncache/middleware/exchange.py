@@ -130,14 +130,14 @@ class Exchange:
         settings = self.settings
         engine = settings.engine
         serving = engine.mode == "live" or engine.mode == "replay"
-        if engine.mode == "live" and settings.passes and settings.passing(self.key):
-            # Hit-for-pass: the last answer could not be shared, so this request does not
-            # queue behind another run; it runs the app at once, on its own (a miss whose
-            # answer is still stored if it may be, which ends the pass).
+        # Hit-for-pass: the last answer could not be shared, so this request does not
+        # queue behind another run; on a miss it runs the app at once, on its own (its
+        # answer is stored if it may be, which ends the pass). What the store holds still
+        # answers it, and a stale answer still stands in for a failed run.
+        passing = engine.mode == "live" and bool(settings.passes) and settings.passing(self.key)
+        if passing:
             engine.stats.passes += 1
-            await self.lead(None, listed=False)
-            return
-        while serving:
+        while serving and not passing:
             flight = engine.streaming(self.key)
             if flight is None:
                 break
@@ -164,7 +164,7 @@ class Exchange:
                     # Served at once; the app runs once in the background, for no client,
                     # and its response replaces this one if it may be stored.
                     self.source = "stale"
-                    refresh = self._runner().recompute
+                    refresh = self._runner().refresh
                     await self.answer(
                         engine.serve_stale(self.key, value, refresh, self.inputs_made())
                     )
@@ -175,9 +175,13 @@ class Exchange:
                 await self.answer(value)
                 return
             if engine.mode == "replay":
+                if stale is not None and stale.usable():
+                    self.source = "stale"
+                    await self.answer(engine.replayed(stale))
+                    return
                 await self.refuse_in_replay(await engine.refusal(self.key, self.inputs_made()))
                 return
-        await self.lead(runner, listed=serving and engine.coalesce, stale=stale)
+        await self.lead(runner, listed=serving and engine.coalesce and not passing, stale=stale)
 
     def inputs_made(self) -> list[Any]:
         """The canonical request, for the ttl and admit hooks and audits: made once, on need."""
@@ -225,7 +229,8 @@ class Exchange:
             await self.bypass("on_hit")
             return
         settings.stats.outcomes[outcome] += 1
-        start, body = replay.messages(settings.headers.for_outcome(outcome, reason or None))
+        named = settings.headers
+        start, body = replay.messages(named.for_outcome(outcome, reason or None), age=named.ages)
         await self.send(start)
         await self.send(body)
 
@@ -302,7 +307,9 @@ class Exchange:
             while True:
                 message = broadcast.take(reader)
                 if message is None:
-                    if broadcast.ended:
+                    if broadcast.ended or reader.detached:
+                        # Detached: this client lagged the others by too much; its
+                        # response ends here, incomplete, and the server closes it.
                         return
                     await broadcast.changed().wait()
                     continue
@@ -340,7 +347,7 @@ class Exchange:
         broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=listed)
         runner = runner or self._runner()
         runner.broadcast = broadcast
-        runner.fallback = listed and stale is not None
+        runner.fallback = stale is not None
         reader = broadcast.join(owner=True)
         spawn(self._produce(runner, broadcast, listed, stale))
         # Whatever the app sends, from its first message on (an extension's message may
@@ -375,9 +382,12 @@ class Exchange:
     ) -> None:
         settings = self.settings
         engine = settings.engine
+        followed: Flight[Any] | None = None
         try:
             if listed:
                 # The lookup was made (run()); a run already in progress is followed there.
+                # (Found now, as miss() finds it: its failure says why a stale answer came.)
+                followed = engine.flights.get(self.key) if stale is not None else None
                 value = await engine.miss(
                     self.key,
                     runner.compute,
@@ -390,7 +400,7 @@ class Exchange:
                 # A request released from another run, one that waited too long, or a
                 # cache that does not coalesce: this request's own run.
                 value = await engine.compute(
-                    self.key, runner.compute, self.inputs_made(), self.told
+                    self.key, runner.compute, self.inputs_made(), self.told, stale=stale
                 )
             else:
                 # shadow, record: the engine decides what is computed, compared and stored.
@@ -413,6 +423,10 @@ class Exchange:
                 broadcast.fail(exc)
         else:
             if runner.app is None:
+                if followed is not None and stale is not None and value is stale.value:
+                    # The run this request followed failed and the stale response
+                    # answers it too, as it answers that run's own requests.
+                    self.source = f"stale:{failure_of(followed.error)}"
                 broadcast.resolve(value, self.source)
             else:
                 # First decision wins: a whole response goes out once the store decided,
@@ -424,6 +438,11 @@ class Exchange:
         finally:
             broadcast.joinable = False
             broadcast.settled.set()
+
+
+def failure_of(error: BaseException | None) -> str:
+    """Why a run a stale response answered failed: its status (``"503"``) or ``"error"``."""
+    return error.status if type(error) is FailedAnswer else "error"
 
 
 async def refuse_in_replay(send: Send, settings: ExchangeSettings, message: str) -> None:

@@ -19,6 +19,7 @@ from .types import Message, Receive, Scope
 __all__ = [
     "CONDITIONAL",
     "FORWARDING",
+    "BodyBudget",
     "BodyRead",
     "BodyReplay",
     "RequestHead",
@@ -288,7 +289,7 @@ class RequestHeads:
             if sum(len(name) + len(value) for name, value in exact) <= REMEMBERED_HEADER_BYTES:
                 known = self.known
                 if len(known) >= REMEMBERED_REQUESTS:
-                    del known[next(iter(known))]
+                    _forget_oldest(known)
                 known[exact] = head
                 head.remembered = True
         return head
@@ -301,13 +302,47 @@ class RequestHeads:
         return head
 
 
+class BodyBudget:
+    """The request bytes every connection's body holds while it arrives, bounded in all.
+
+    Each request's body is capped (``max_body_bytes``), but clients that
+    declare a large body and stall before its end would hold that many
+    bytes each, on as many connections as they open. Past ``limit`` bytes
+    in all, a body being read is handed on to the app as it stands
+    (``body_budget``) instead of being held for a key: the cache, not the
+    app, is what gives way.
+
+    Args:
+        limit: the most bytes held at once across requests.
+    """
+
+    __slots__ = ("held", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        """Bytes held by bodies being read now."""
+
+    def take(self, size: int) -> bool:
+        """Hold ``size`` more bytes, if that stays within the limit."""
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        """``size`` bytes are no longer held while arriving."""
+        self.held -= size
+
+
 class BodyRead(NamedTuple):
     """The outcome of reading a request body.
 
     Attributes:
         body: the whole body, or ``None`` when it could not be keyed.
         replay: the messages the app must receive before ``receive()`` is forwarded.
-        reason: why ``body`` is ``None`` (``body_too_large``, ``body_incomplete``).
+        reason: why ``body`` is ``None`` (``body_too_large``, ``body_incomplete``,
+            ``body_budget``).
     """
 
     body: bytes | None
@@ -315,13 +350,17 @@ class BodyRead(NamedTuple):
     reason: str | None
 
 
-async def read_body(receive: Receive, limit: int, *received: Message) -> BodyRead:
+async def read_body(
+    receive: Receive, limit: int, *received: Message, budget: BodyBudget | None = None
+) -> BodyRead:
     """Read the request body, stopping once it is over ``limit`` bytes or the client left.
 
     Args:
         receive: the server's ``receive``.
         limit: the most bytes to hold.
         received: the messages the caller already received, in order.
+        budget: what every request's body may hold while it arrives, in all;
+            past it, reading stops (``body_budget``).
     """
     pending = list(received)
     message = pending.pop(0) if pending else await receive()
@@ -333,25 +372,34 @@ async def read_body(receive: Receive, limit: int, *received: Message) -> BodyRea
         return BodyRead(None, [message], "body_too_large")
     chunks: list[bytes] = []
     size = 0
-    while True:
-        if message["type"] != "http.request":
-            # The client left (http.disconnect) before the body was complete: the
-            # app gets what arrived and then the very message that says so.
-            replay: list[Message] = [_partial(chunks, more=True)] if chunks else []
-            replay.append(message)
-            return BodyRead(None, replay, "body_incomplete")
-        chunk = message.get("body", b"")
-        if chunk:
-            chunks.append(chunk)
-            size += len(chunk)
-        more = bool(message.get("more_body", False))
-        if size > limit:
-            return BodyRead(None, [_partial(chunks, more=more)], "body_too_large")
-        if not more:
-            # One chunk (and an empty last message) is the chunk itself, not a copy.
-            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            return BodyRead(body, [_partial([body], more=False)], None)
-        message = pending.pop(0) if pending else await receive()
+    held = 0  # what this read holds of the budget
+    try:
+        while True:
+            if message["type"] != "http.request":
+                # The client left (http.disconnect) before the body was complete: the
+                # app gets what arrived and then the very message that says so.
+                replay: list[Message] = [_partial(chunks, more=True)] if chunks else []
+                replay.append(message)
+                return BodyRead(None, replay, "body_incomplete")
+            chunk = message.get("body", b"")
+            more = bool(message.get("more_body", False))
+            if chunk:
+                chunks.append(chunk)
+                size += len(chunk)
+                if more and budget is not None and size <= limit:
+                    if not budget.take(len(chunk)):
+                        return BodyRead(None, [_partial(chunks, more=True)], "body_budget")
+                    held += len(chunk)
+            if size > limit:
+                return BodyRead(None, [_partial(chunks, more=more)], "body_too_large")
+            if not more:
+                # One chunk (and an empty last message) is the chunk itself, not a copy.
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                return BodyRead(body, [_partial([body], more=False)], None)
+            message = pending.pop(0) if pending else await receive()
+    finally:
+        if held and budget is not None:
+            budget.give_back(held)
 
 
 def whole_body(message: Message, body: bytes) -> list[Message]:
@@ -475,7 +523,7 @@ class RequestKeys:
         if key is None:
             key = self._build(route, scope, head, body, principal)
             if len(known) >= REMEMBERED_REQUESTS:
-                del known[next(iter(known))]
+                _forget_oldest(known)
             known[parts] = key
         return key
 
@@ -493,3 +541,12 @@ REMEMBERED_REQUESTS = 512
 """How many keys (and, apart, heads) are remembered; the oldest goes first."""
 REMEMBERED_HEADER_BYTES = 4096
 """Heads of requests whose headers hold up to this many bytes are remembered."""
+
+
+def _forget_oldest(known: dict[Any, Any]) -> None:
+    """Drop the oldest remembered item; a middleware served by several threads' loops may
+    have another thread drop it first, or change the dict while this looks."""
+    try:
+        del known[next(iter(known))]
+    except (KeyError, RuntimeError, StopIteration):
+        pass

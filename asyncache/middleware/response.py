@@ -8,7 +8,8 @@ which answer one request's ``Range`` or validators), no ``Set-Cookie`` (nor
 any spelling ``freshness.cache_control`` reads), no ``Pragma: no-cache``, no
 ``Expires`` in the past (``0`` included) unless ``Cache-Control`` gives a
 lifetime, no ``Vary`` on something the key does not hold, no event stream, no
-file sent by path, a body under the cap, and the user's ``admit`` hook agreeing.
+file sent by path, no ``Content-Encoding`` unless the key holds ``Accept-Encoding``
+(the route's ``vary``), a body under the cap, and the user's ``admit`` hook agreeing.
 A response that gives a lifetime is stored for no longer than what is left of
 it (``freshness``), and its ``Age`` is not stored: a hit computes it.
 
@@ -74,6 +75,9 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
+# RFC 9110 11.6.3, 11.7.3: what the server says of one client's authentication (its
+# next nonce...). Another client's hit must not get it: never stored.
+_ONE_CLIENTS = frozenset({b"authentication-info", b"proxy-authentication-info"})
 _PRIVATE_DIRECTIVES = frozenset({"no-store", "private", "no-cache"})
 _LIFETIMES = ("max-age", "s-maxage")
 _COOKIES = frozenset({b"set-cookie", b"set-cookie2"})
@@ -166,6 +170,13 @@ def refusal(
         elif name == b"content-type":
             if value.lstrip().lower().startswith(b"text/event-stream"):
                 return "event_stream"
+        elif name == b"content-encoding":
+            # Encoded bytes answer the request's Accept-Encoding: replayed to a client
+            # that did not accept them, they are garbage to it. Stored only when the key
+            # tells such clients apart, whether or not the app said Vary.
+            coding = value.strip().lower()
+            if coding and coding != b"identity" and b"accept-encoding" not in keyed:
+                return "encoded_unkeyed"
         elif name == b"content-length":
             try:
                 too_large = too_large or int(value) > limit
@@ -219,7 +230,8 @@ def to_value(
     head: bool = False,
     born: float | None = None,
 ) -> list[Any]:
-    """The stored form of ``response``, without hop-by-hop headers nor those in ``drop``.
+    """The stored form of ``response``, without hop-by-hop headers, ``Authentication-Info``
+    (one client's), nor those in ``drop``.
 
     ``[status, headers, body, length_at, born]``, ``born`` last only when
     given (when the response was generated: a hit's ``Age`` counts from it,
@@ -238,7 +250,7 @@ def to_value(
     length_at = -1
     for name, value in response.headers:
         lowered = name.lower()
-        if lowered in HOP_BY_HOP or lowered in drop or lowered in listed:
+        if lowered in HOP_BY_HOP or lowered in drop or lowered in listed or lowered in _ONE_CLIENTS:
             continue
         if lowered == b"age" and born is not None:
             continue
@@ -347,6 +359,14 @@ class Replay:
             return [*self.hit_headers]
         return [*self.hit_headers, _age(self.born)]
 
+    def without_age(self) -> Replay:
+        """This replay, its hits saying no ``Age`` (the middleware names no outcomes)."""
+        if self.born is None:
+            return self
+        replay = Replay(self.status, self.headers, self.body)
+        replay.hit_headers = self.hit_headers
+        return replay
+
     @classmethod
     def of(cls, value: Any, *, head: bool, hit_headers: FixedHeaders = ()) -> Replay:
         """The replay of a stored value (a replay stays as it is).
@@ -374,10 +394,11 @@ class Replay:
         born = value[4] if len(value) == 5 else None
         return cls(status, tuple(headers), body, hit_headers, born)
 
-    def messages(self, extra: FixedHeaders) -> tuple[Message, Message]:
-        """The two messages that answer a request, with ``extra`` headers, then ``Age``, last."""
+    def messages(self, extra: FixedHeaders, *, age: bool = True) -> tuple[Message, Message]:
+        """The two messages that answer a request, with ``extra`` headers, then ``Age``, last
+        (unless ``age`` is false: the middleware names no outcomes)."""
         headers = [*self.headers, *extra]
-        if self.born is not None:
+        if self.born is not None and age:
             headers.append(_age(self.born))
         start = {
             "type": "http.response.start",
@@ -392,7 +413,9 @@ def _age(born: float) -> tuple[bytes, bytes]:
     return b"age", b"%d" % max(0, int(time.time() - born))
 
 
-def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Replay]:
+def replay_maker(
+    hit_headers: FixedHeaders, *, head: bool, ages: bool = True
+) -> Callable[[Any], Replay]:
     """What a middleware's hits make of a stored answer: ``hit_now``'s ``made``.
 
     One function per middleware and method kind (a ``HEAD``'s key differs
@@ -401,7 +424,8 @@ def replay_maker(hit_headers: FixedHeaders, *, head: bool) -> Callable[[Any], Re
     """
 
     def ready(value: Any) -> Replay:
-        return Replay.of(value, head=head, hit_headers=hit_headers)
+        replay = Replay.of(value, head=head, hit_headers=hit_headers)
+        return replay if ages else replay.without_age()
 
     return ready
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ __all__ = [
     "FOLLOWER_FACTOR",
     "FOLLOWER_FLOOR",
     "MAX_PASSES",
+    "SLOW_HALF_LIFE",
     "ExchangeSettings",
     "OnHit",
     "RunTimes",
@@ -26,6 +28,10 @@ FOLLOWER_FACTOR = 4.0
 """With ``follower_timeout=None``, a follower waits this many times the route's typical run."""
 FOLLOWER_FLOOR = 0.1
 """... and never less than this many seconds: a fast route's followers still share."""
+SLOW_HALF_LIFE = 600.0
+"""The route's slowest recent run counts as its typical run at least, halved every this
+many seconds: cheap runs of other inputs never shorten the wait below what a slow input
+of the same route takes."""
 MAX_PASSES = 4096
 """The most keys remembered as uncacheable at once (hit-for-pass); past it, the expired
 ones go, and if none has, all of them (a request then only queues once more)."""
@@ -43,23 +49,41 @@ class RunTimes:
     someone else's. Only runs whose answer was shared or stored are timed, so
     such a client cannot stretch the wait either.
 
+    Nor can cheap requests shorten it: a route's inputs differ in cost, and
+    a burst of cheap distinct ones would bring the moving average down to
+    nothing, so that identical requests for a slow input each ran the app.
+    The slowest recent run (``SLOW_HALF_LIFE``) is a floor under the average.
+
     Args:
         fixed: the wait in seconds; ``None`` to follow the route's typical
-            run (``FOLLOWER_FACTOR`` times its moving average, at least
-            ``FOLLOWER_FLOOR``).
+            run (``FOLLOWER_FACTOR`` times its moving average or its slowest
+            recent run, whichever is longer, at least ``FOLLOWER_FLOOR``).
     """
 
-    __slots__ = ("fixed", "typical")
+    __slots__ = ("fixed", "slowest", "typical")
 
     def __init__(self, fixed: float | None) -> None:
         self.fixed = fixed
         self.typical: dict[str, float] = {}
         """Route -> moving average of its storable runs, in seconds."""
+        self.slowest: dict[str, tuple[float, float]] = {}
+        """Route -> its slowest storable run (seconds) and when it ended (monotonic)."""
 
     def ran(self, route: str, seconds: float) -> None:
         """Count one run of ``route`` whose answer could be shared."""
         typical = self.typical.get(route)
         self.typical[route] = seconds if typical is None else 0.8 * typical + 0.2 * seconds
+        now = time.monotonic()
+        if seconds >= self._slow(route, now):
+            self.slowest[route] = (seconds, now)
+
+    def _slow(self, route: str, now: float) -> float:
+        """``route``'s slowest recent run, halved for every ``SLOW_HALF_LIFE`` since it ran."""
+        slow = self.slowest.get(route)
+        if slow is None:
+            return 0.0
+        seconds, when = slow
+        return seconds * math.pow(0.5, (now - when) / SLOW_HALF_LIFE)
 
     def wait(self, route: str, limit: float | None) -> float | None:
         """How long a follower of a run of ``route`` waits for its answer to start.
@@ -72,6 +96,7 @@ class RunTimes:
             typical = self.typical.get(route)
             if typical is None:
                 return limit
+            typical = max(typical, self._slow(route, time.monotonic()))
             wait = max(FOLLOWER_FLOOR, FOLLOWER_FACTOR * typical)
         return wait if limit is None else min(wait, limit)
 
@@ -138,12 +163,19 @@ class ExchangeSettings:
             return
         passes = self.passes
         now = time.monotonic()
+        if passes.get(key, 0.0) > now:
+            return  # a client refused again within the pass does not renew it for others
         if len(passes) >= MAX_PASSES:
             for old in [k for k, until in passes.items() if until <= now]:
                 del passes[old]
             if len(passes) >= MAX_PASSES:
                 passes.clear()
         passes[key] = now + self.pass_ttl
+
+    def end_pass(self, key: bytes) -> None:
+        """An answer under ``key`` may be stored: identical requests share runs again."""
+        if self.passes:
+            self.passes.pop(key, None)
 
     def passing(self, key: bytes) -> bool:
         """Whether ``key``'s last answer was uncacheable less than ``pass_ttl`` ago."""

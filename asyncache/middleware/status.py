@@ -24,9 +24,12 @@ class StatusHeaders:
     Attributes:
         names: the header names written here, lowercased: never stored, since
             a hit writes fresh ones.
+        ages: whether hits say their ``Age`` (RFC 9111 5.1): not when no
+            outcome is named (``status_header=None`` without ``cache_status``),
+            since a hit's age says when someone else asked.
     """
 
-    __slots__ = ("_cache_name", "_memo", "_status_name", "names")
+    __slots__ = ("_cache_name", "_memo", "_status_name", "ages", "names")
 
     @property
     def status_name(self) -> bytes | None:
@@ -45,6 +48,7 @@ class StatusHeaders:
             name for name in (self._status_name, b"cache-status") if name is not None
         )
         self._memo: dict[str, FixedHeaders] = {}
+        self.ages = self._status_name is not None or self._cache_name is not None
 
     def for_outcome(self, outcome: str, reason: str | None = None) -> FixedHeaders:
         """The headers of one outcome (``hit``, ``stale``, ``miss``, ``shared``, ``bypass``,
@@ -109,16 +113,36 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
     return member.encode("latin-1")
 
 
+# A hit's durations under this many microseconds (every hit in memory) have their
+# headers made once each: formatting a float costs a hit more than finding its answer.
+_MADE_US = 1000
+_made: dict[bytes | None, list[tuple[bytes, bytes] | None]] = {
+    b"hit": [None] * _MADE_US,
+    None: [None] * _MADE_US,  # a hit where no outcome is named
+}
+
+
+def _timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
+    ms, fraction = divmod(us, 1000)
+    if outcome is None:
+        return (b"server-timing", b"cache;dur=%d.%03d" % (ms, fraction))
+    return (b"server-timing", b"cache;desc=%s;dur=%d.%03d" % (outcome, ms, fraction))
+
+
 def timing_header(outcome: bytes | None, started: float) -> tuple[bytes, bytes]:
     """A ``Server-Timing`` header: ``cache;desc=<outcome>;dur=<ms since started>``.
 
     ``dur`` is in milliseconds, as the W3C spec has it, with microseconds shown:
     a hit takes tens of them, and a whole millisecond would read as zero.
     """
-    ms = (perf_counter() - started) * 1000
-    if outcome is None:
-        return (b"server-timing", b"cache;dur=%.3f" % ms)
-    return (b"server-timing", b"cache;desc=%s;dur=%.3f" % (outcome, ms))
+    us = int((perf_counter() - started) * 1_000_000)
+    made = _made.get(outcome)
+    if made is None or us >= _MADE_US:
+        return _timing(outcome, us)
+    header = made[us]
+    if header is None:
+        header = made[us] = _timing(outcome, us)
+    return header
 
 
 class TimedSend:

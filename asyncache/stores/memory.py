@@ -10,6 +10,7 @@ least recently used entry, never another scope's.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -75,7 +76,10 @@ class MemoryStore:
 
     Least recently used entries are evicted first when either bound is reached.
     Every operation is O(1) except ``prune``, and none awaits, so the store is
-    safe under any interleaving of tasks on one event loop.
+    safe under any interleaving of tasks on one event loop. Several threads may
+    share it too (each running a loop of its own): what changes the entries
+    takes a lock, and a hit's read takes none (one lookup, and moving the entry
+    to the LRU's end, which another thread may have evicted meanwhile).
 
     Args:
         max_entries: most entries held; ``None`` for no bound.
@@ -118,6 +122,9 @@ class MemoryStore:
         # With a budget: each scope's keys, least recently used first, and each key's scope.
         self._scopes: dict[str | None, OrderedDict[bytes, None]] = {}
         self._scope_of: dict[bytes, str | None] = {}
+        # Held by whatever adds, replaces or drops entries (reentrant: add_now reads, then
+        # puts). A hit takes it only to drop an expired entry.
+        self._lock = threading.RLock()
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
@@ -154,13 +161,18 @@ class MemoryStore:
             return None
         expires_at = entry.expires_at
         if expires_at is not None and expires_at <= time.time():
-            self._drop(key, entry)
+            with self._lock:
+                if self._data.get(key) is entry:  # not replaced or dropped meanwhile
+                    self._drop(key, entry)
             return None
-        self._data.move_to_end(key)
-        if self._scope_of:
-            scope = self._scope_of.get(key, _NO_SCOPE)
-            if scope is not _NO_SCOPE:
-                self._scopes[scope].move_to_end(key)
+        try:
+            self._data.move_to_end(key)
+            if self._scope_of:
+                scope = self._scope_of.get(key, _NO_SCOPE)
+                if scope is not _NO_SCOPE:
+                    self._scopes[scope].move_to_end(key)
+        except KeyError:
+            pass  # dropped by another thread since the lookup: this read still had it
         return entry
 
     # The engine's synchronous fast path: a hit here costs no coroutine.
@@ -168,27 +180,29 @@ class MemoryStore:
 
     def add_now(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
         """``add`` without the coroutine, for callers already on the loop."""
-        existing = self.get_now(key)
-        if existing is not None:
-            return existing
-        entry = Entry(value, expires_at)
-        self.put_now(key, entry)
-        return entry
+        with self._lock:  # first writer wins across threads too
+            existing = self.get_now(key)
+            if existing is not None:
+                return existing
+            entry = Entry(value, expires_at)
+            self.put_now(key, entry)
+            return entry
 
     def put_now(self, key: bytes, entry: Entry) -> None:
         """Store ``entry`` whatever is there (used by tiers copying a winner)."""
         size = entry_size(key, entry.value)
         if self.max_entry_bytes is not None and size > self.max_entry_bytes:
             return
-        old = self._data.pop(key, None)
-        if old is not None:
-            self._bytes -= entry_size(key, old.value)
-            self._unscope(key)
-        self._data[key] = entry
-        self._bytes += size
-        if self.max_entries_per_scope is not None:
-            self._charge(key, ENTRY_SCOPE.get())
-        self._evict()
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= entry_size(key, old.value)
+                self._unscope(key)
+            self._data[key] = entry
+            self._bytes += size
+            if self.max_entries_per_scope is not None:
+                self._charge(key, ENTRY_SCOPE.get())
+            self._evict()
 
     def _charge(self, key: bytes, scope: str | None) -> None:
         """Count ``key`` in ``scope``'s budget, evicting that scope's oldest entries past it."""
@@ -200,15 +214,20 @@ class MemoryStore:
         keys[key] = None
         self._scope_of[key] = scope
         while len(keys) > budget:
-            oldest = next(iter(keys))
-            self._drop(oldest, self._data[oldest])
+            # Popped, not iterated: another thread's hit may move a key meanwhile.
+            oldest, _ = keys.popitem(last=False)
+            self._scope_of.pop(oldest, None)
+            entry = self._data.pop(oldest, None)
+            if entry is not None:
+                self._bytes -= entry_size(oldest, entry.value)
             self.evictions += 1
 
     def delete_now(self, key: bytes) -> None:
         """Drop ``key`` if present."""
-        entry = self._data.get(key)
-        if entry is not None:
-            self._drop(key, entry)
+        with self._lock:
+            entry = self._data.get(key)
+            if entry is not None:
+                self._drop(key, entry)
 
     async def get(self, key: bytes) -> Entry | None:
         return self.get_now(key)
@@ -223,11 +242,12 @@ class MemoryStore:
         return [self.add_now(key, value, expires_at) for key, value, expires_at in items]
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
-        entry = self.get_now(key)
-        if entry is None:
-            return False
-        self._data[key] = Entry(entry.value, expires_at)
-        return True
+        with self._lock:
+            entry = self.get_now(key)
+            if entry is None:
+                return False
+            self._data[key] = Entry(entry.value, expires_at)
+            return True
 
     async def delete(self, key: bytes) -> None:
         self.delete_now(key)
@@ -242,32 +262,35 @@ class MemoryStore:
         self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
     ) -> Entry:
         """``replace`` without the coroutine (no await: nothing can come in between)."""
-        existing = self.get_now(key)
-        if existing is not None and existing.value != expected:
-            return existing
-        entry = Entry(value, expires_at)
-        self.put_now(key, entry)
-        return entry
+        with self._lock:  # nor another thread
+            existing = self.get_now(key)
+            if existing is not None and existing.value != expected:
+                return existing
+            entry = Entry(value, expires_at)
+            self.put_now(key, entry)
+            return entry
 
     async def prune(self) -> int:
         now = time.time()
-        expired = [
-            key
-            for key, entry in self._data.items()
-            if entry.expires_at is not None and entry.expires_at <= now
-        ]
-        for key in expired:
-            self._drop(key, self._data[key])
+        with self._lock:
+            expired = [
+                key
+                for key, entry in self._data.items()
+                if entry.expires_at is not None and entry.expires_at <= now
+            ]
+            for key in expired:
+                self._drop(key, self._data[key])
         return len(expired)
 
     async def count(self) -> int:
         return len(self._data)
 
     async def clear(self) -> None:
-        self._data.clear()
-        self._scopes.clear()
-        self._scope_of.clear()
-        self._bytes = 0
+        with self._lock:
+            self._data.clear()
+            self._scopes.clear()
+            self._scope_of.clear()
+            self._bytes = 0
 
     async def aclose(self) -> None:
         await self.clear()
@@ -275,7 +298,8 @@ class MemoryStore:
     async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
         """Yield the live entries, least recently used first, without touching their order."""
         # A snapshot: callers may get and add between batches, which reorders the dict.
-        snapshot = list(self._data.items())
+        with self._lock:
+            snapshot = list(self._data.items())
         for start in range(0, len(snapshot), batch_size):
             now = time.time()
             batch = [
@@ -300,7 +324,9 @@ class MemoryStore:
         expired = forever = stored = 0
         first: float | None = None
         last: float | None = None
-        for entry in self._data.values():
+        with self._lock:
+            held = list(self._data.values())
+        for entry in held:
             stored += len(entry.value)
             expires_at = entry.expires_at
             if expires_at is None:

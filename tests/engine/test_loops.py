@@ -116,3 +116,52 @@ def test_threads_each_running_a_loop_share_one_cache(store: DecisionStore) -> No
     # Each loop coalesced its own callers: at most one run per key per loop.
     assert all(1 <= count <= THREADS for count in runs.values()), runs
     assert cache.stats()["errors"] == 0
+
+
+@pytest.mark.timeout(150)
+def test_loops_that_evict_while_others_read_raise_nothing() -> None:
+    """More keys than the store and the hit memories hold, read in shuffled orders by
+    eight loops at once: the LRU and the memories evict all the time under each
+    other's reads (a short switch interval makes the threads interleave inside them)."""
+    import random
+    import sys
+
+    from asyncache.engine._memo import ENTRIES
+    from asyncache.keys import RECENT_KEYS
+
+    keys = max(ENTRIES, RECENT_KEYS) * 2
+    cache = DecisionCache(MemoryStore(max_entries=keys // 4))
+
+    @cached_prediction(cache)
+    async def predict(text: str) -> dict[str, list[bool]]:
+        return {"answers": [len(text) % 2 == 0, True]}
+
+    errors: list[BaseException] = []
+
+    def one_thread(i: int) -> None:
+        async def main() -> None:
+            order = random.Random(i)
+            texts = [f"question {n}" for n in range(keys)]
+            for call in range(6_000):
+                text = texts[order.randrange(keys)]
+                try:
+                    assert await predict(text) == {"answers": [len(text) % 2 == 0, True]}
+                except Exception as exc:
+                    errors.append(exc)
+                if call % 64 == 0:
+                    await asyncio.sleep(0)
+
+        asyncio.run(main())
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        failures = _run_threads(one_thread)
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == [] and errors == []
+    store = cache.store
+    assert isinstance(store, MemoryStore) and len(store) <= keys // 4
+    recent = cache.engine.recent
+    assert len(recent.records) <= ENTRIES
+    assert recent.held == sum(record.held for record in recent.records.values())

@@ -37,12 +37,17 @@ INPUTS: list[Any] = [
 ]
 
 
-def test_remembered_keys_are_the_builders_keys() -> None:
+def _keys_as_the_builder(inputs_list: list[Any]) -> RecentKeys:
     builder = KeyBuilder("ns", "model@1")
     recent = RecentKeys(builder)
     for _ in range(3):  # remembered on the first round, found on the others
-        for inputs in INPUTS:
+        for inputs in inputs_list:
             assert recent.key(inputs) == builder.key(inputs), inputs
+    return recent
+
+
+def test_remembered_keys_are_the_builders_keys() -> None:
+    recent = _keys_as_the_builder(INPUTS)
     # None and NaN encode alike in plain JSON; their keys stay apart.
     assert recent.key({"x": None}) != recent.key({"x": math.nan})
 
@@ -57,9 +62,22 @@ def test_copiers_copy_what_is_mutable() -> None:
     assert copier("text") is not None and copier(None) is not None
     listed = copier(["a", 1])
     assert listed is not None
+    copy, kept = listed
     value = ["a", 1]
-    assert listed(value) == value and listed(value) is not value
-    assert copier([["nested"]]) is None and copier({"a": [1]}) is None
+    assert copy(kept) == value and copy(kept) is not copy(kept)
+    # Nested JSON: parsed afresh for each caller, so nothing inside is shared either.
+    for nested in ([["nested"]], {"a": [1]}, {"answers": [True, False], "n": {"x": 1.5}}):
+        how = copier(nested)
+        assert how is not None
+        copy, kept = how
+        first, second = copy(kept), copy(kept)
+        assert first == second == nested and type(first) is type(nested)
+        assert first is not second and next(
+            iter(first.values() if isinstance(first, dict) else first)
+        ) is not next(iter(second.values() if isinstance(second, dict) else second))
+    # What JSON would not read back as itself is decoded on every hit.
+    for odd in ([(1, 2)], {"a": [math.nan]}, {"a": [2**70]}, [[b"x"]], {"a": {1: 2}}):
+        assert copier(odd) is None, odd
 
 
 async def test_no_caller_gets_an_object_another_caller_holds() -> None:
@@ -121,8 +139,13 @@ def test_what_a_caller_made_is_handed_only_to_callers_asking_with_it() -> None:
     assert recent.get(b"k", stored, other) is None
     assert recent.get(b"k", b"the stored bytes!"[:-1], made) is None  # other bytes, equal value
     large = b"x" * (MADE_BYTES + 1)
-    recent.keep(b"big", large, made("v"), 0.0, None, made)
+    recent.keep(b"big", large, made("v"), 0.0, None, made, decoded="v")
     assert recent.get(b"big", large, made) is None  # past the bound: made on every hit
+    # Small stored bytes that inflate large (a compressed answer): bounded by what they hold.
+    small = b"compressed"
+    inflated = "a" * (MADE_BYTES + 1)
+    recent.keep(b"bomb", small, made(inflated), 0.0, None, made, decoded=inflated)
+    assert recent.get(b"bomb", small, made) is None
 
 
 async def test_the_engines_hit_hands_what_was_made_only_to_its_maker_for_the_same_bytes() -> None:
@@ -152,3 +175,108 @@ async def test_the_engines_hit_hands_what_was_made_only_to_its_maker_for_the_sam
     await cache.store_result(key, [3])
     assert engine.hit_now(key, made) == ["made", [3]]
     assert engine.stats.hits == 10  # every call above was a hit
+
+
+# -- large inputs, remembered by value ------------------------------------------
+
+BIG = "the supplier shall deliver goods within thirty days " * 40  # past KEY_BYTES
+
+LARGE_INPUTS: list[Any] = [
+    {"context": BIG, "questions": ["Who signed?", "When?"]},
+    {"context": BIG, "questions": ("Who signed?", "When?")},  # a tuple keys as a list
+    {"context": BIG, "questions": ["When?", "Who signed?"]},
+    {"context": BIG, "x": 1},
+    {"context": BIG, "x": 1.0},
+    {"context": BIG, "x": True},
+    {"context": BIG, "x": 0.0},
+    {"context": BIG, "x": -0.0},
+    {"context": BIG, "x": None},
+    {"context": BIG, "x": math.nan},
+    {"context": BIG, "x": "1"},
+    {"context": BIG, "x": [1, [True, None], {"a": 1.5}]},
+    {"context": BIG, "x": [1, [1, None], {"a": 1.5}]},
+    {"context": BIG, "x": {"b": 1, "a": 2}},
+    {"context": BIG, "x": {"a": 2, "b": 1}},
+    {"context": BIG, "x": "\x00str"},
+    {"context": BIG, "x": Color.RED},  # not remembered by value: keyed the careful way
+    {"context": BIG, "x": b"1"},
+    {"context": BIG, "x": 2**70},
+    {"context": BIG + "!", "questions": ["Who signed?", "When?"]},
+    {"context": "short"},  # back to a small input in between
+]
+
+
+def test_large_inputs_key_as_the_builder_keys_them() -> None:
+    recent = _keys_as_the_builder(LARGE_INPUTS)
+    keys = {recent.key(inputs) for inputs in LARGE_INPUTS}
+    assert len(keys) == len(LARGE_INPUTS) - 2  # only the tuple and the reordered dict alias
+
+
+def test_a_list_changed_after_the_call_keys_as_what_it_holds_now() -> None:
+    builder = KeyBuilder("ns", None)
+    recent = RecentKeys(builder)
+    questions = ["Who signed?", "When?"]
+    nested = {"labels": ["spam", "ham"]}
+    first = recent.key({"context": BIG, "questions": questions, "nested": nested})
+    assert recent.key({"context": BIG, "questions": questions, "nested": nested}) == first
+    questions.clear()
+    questions.extend(["Who paid?", "When?"])
+    nested["labels"].append("eggs")
+    changed = {"context": BIG, "questions": questions, "nested": nested}
+    assert recent.key(changed) == builder.key(changed) != first
+    questions[0] = True  # True == 1 == 1.0, but keys apart
+    flags = {"context": BIG, "questions": questions, "nested": nested}
+    assert recent.key(flags) == builder.key(flags)
+    questions[0] = 1
+    assert recent.key(flags) == builder.key(flags)
+    assert recent.key({"context": BIG, "questions": [True, "When?"], "nested": nested}) != (
+        recent.key(flags)
+    )
+
+
+def test_an_equal_string_that_is_another_object_finds_its_key() -> None:
+    builder = KeyBuilder("ns", None)
+    recent = RecentKeys(builder)
+    first = recent.key({"context": BIG})
+    copy = "".join(BIG)  # equal, not the same object
+    assert recent.key({"context": BIG[:10] + BIG[10:]}) == first
+    assert recent.key({"context": copy}) == first
+
+
+async def test_a_cached_function_answers_a_changed_list_by_what_it_holds() -> None:
+    cache = DecisionCache(MemoryStore())
+
+    @cached_prediction(cache)
+    async def classify(text: str, labels: list[str]) -> dict[str, Any]:
+        return {"label": labels[0], "of": len(labels)}
+
+    labels = ["refund", "spam"]
+    assert await classify(BIG, labels) == {"label": "refund", "of": 2}
+    assert await classify(BIG, labels) == {"label": "refund", "of": 2}
+    labels.clear()
+    labels.extend(["spam", "refund", "other"])
+    assert await classify(BIG, labels) == {"label": "spam", "of": 3}
+    assert await classify(BIG, ["refund", "spam"]) == {"label": "refund", "of": 2}
+    assert cache.stats()["misses"] == 2
+
+
+def test_inputs_remembered_by_value_are_bounded_in_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from asyncache import keys
+
+    monkeypatch.setattr(keys, "RECENT_INPUT_BYTES", 200_000)
+    builder = KeyBuilder("ns", None)
+    recent = RecentKeys(builder)
+    texts = [f"[{n}] " + "x" * 20_000 for n in range(40)]
+    for text in texts:
+        assert recent.key({"context": text}) == builder.key({"context": text})
+    held = recent._by_value  # what it holds, measured apart from its own count
+    measured = sum(sys.getsizeof(value[2]) + sys.getsizeof(value) for value in held)
+    assert 0 < measured <= recent._held <= 200_000
+    assert len(held) < len(texts)
+    huge = {"context": "y" * (keys.RECENT_INPUT_MAX + 1)}
+    assert recent.key(huge) == builder.key(huge)
+    assert all(value[2] is not huge["context"] for value in held)  # too large to keep

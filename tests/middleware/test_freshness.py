@@ -261,3 +261,31 @@ async def test_stale_if_error_ends_with_its_window_and_the_failure_reaches_the_c
     assert app.calls == 2
     assert cache.stats()["stale_if_error_hits"] == 0
     await cache.aclose()
+
+
+@pytest.mark.parametrize("failure", ["raises", "503"])
+async def test_every_request_sharing_a_failed_run_in_process_is_labelled_stale(
+    failure: str,
+) -> None:
+    # Requests that all looked the key up before the run was listed follow it through the
+    # engine, not its stream: they were labelled `hit` (7 of 8 over httpx's ASGITransport).
+    cache = DecisionCache(MemoryStore(), ttl=TTL, stale_if_error=60, store_timeout=30)
+    app = FlakyApp()
+    middleware = DecisionCacheMiddleware(app, cache=cache, cache_status=True, follower_timeout=60)
+    transport = httpx.ASGITransport(app=middleware)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        first = await client.post("/", json={"text": "s"})
+        await until(lambda: cache.stats()["stores"] == 1, "the answer is stored")
+        await asyncio.sleep(TTL * 1.5)
+        fail(app, failure)
+        app.gate = asyncio.Event()
+        requests = [asyncio.create_task(client.post("/", json={"text": "s"})) for _ in range(8)]
+        await until(lambda: cache.stats()["coalesced"] == 7, "seven requests share the run")
+        app.gate.set()
+        answers = await asyncio.wait_for(asyncio.gather(*requests), 30)
+    assert [(a.status_code, a.content) for a in answers] == [(200, first.content)] * 8
+    assert [a.headers["x-cache"] for a in answers] == ["stale"] * 8
+    assert {a.headers["cache-status"] for a in answers} == {SIE_STATUS[failure]}
+    assert app.calls == 2
+    assert cache.stats()["stale_if_error_hits"] == 8
+    await cache.aclose()

@@ -323,3 +323,40 @@ async def test_a_hand_built_scope_without_optional_parts_hits_as_a_full_one() ->
         await middleware(scope, receive, send)
         assert (b"x-cache", b"hit") in sent[-2]["headers"], part
     assert app.calls == 1
+
+
+async def test_hits_on_large_answers_that_compress_small_hold_memory_within_bounds() -> None:
+    """Answers of 256 KiB that zlib stores in a few hundred bytes, each asked twice: the
+    memory of replays counts what they hold, not what they are stored in."""
+    import gc
+    import tracemalloc
+
+    from asyncache.engine._memo import HELD_BYTES
+
+    from . import Answer
+
+    size, requests = 256 * 1024, 48
+    app = RecordingApp(Answer(chunks=[b"a" * size]))
+    cache = DecisionCache()
+    middleware = DecisionCacheMiddleware(app, cache=cache)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(requests):
+            for _ in range(2):
+                assert len((await call(middleware, body=b'{"n": %d}' % n)).body) == size
+        app.bodies.clear(), app.received.clear(), app.scopes.clear()
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.stats()["hits"] == requests
+    # Before: every replay kept, 48 x 256 KiB = 12 MiB held.
+    assert held < 4 * 1024 * 1024, held
+    recent = cache.engine.recent
+    # Each record's count covers what it holds: the stored bytes and the replay's body.
+    for record in recent.records.values():
+        replay = record.result
+        assert record.held >= len(record.value) + (len(replay.body) if replay else 0)
+    assert recent.held <= HELD_BYTES

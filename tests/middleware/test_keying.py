@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import pytest
 
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware
+from asyncache.middleware.request import header_codes, read_head, request_inputs
 
 from . import Answer, RecordingApp, call, make_scope
 
@@ -145,3 +147,27 @@ async def test_a_stored_entry_that_is_not_a_valid_response_is_a_bypass_and_delet
     assert middleware.stats.bypass_reasons == {reason: 1}
     assert await cache.store.count() == 0  # deleted
     assert cache.stats()["corrupt"] == 1
+
+
+async def test_a_long_content_type_keys_on_its_digest_without_copying_it_ten_times() -> None:
+    # A megabyte Content-Type peaked at 10-19 times its size while the key was built.
+    long_json = b"application/json; profile=" + b"p" * 1_000_000
+    other = long_json[:-1] + b"q"
+    middleware = DecisionCacheMiddleware(RecordingApp(), cache=DecisionCache())
+    assert await ask(middleware, headers=[(b"content-type", long_json)]) == "miss"
+    assert await ask(middleware, headers=[(b"content-type", long_json)]) == "hit"
+    assert await ask(middleware, headers=[(b"content-type", other)]) == "miss"
+    # Still read as JSON: whitespace does not split the key.
+    assert await ask(middleware, headers=[(b"content-type", long_json)], body=b"{ }") == "hit"
+
+    builder = DecisionCache().key_builder("r", None)
+    head = read_head([(b"content-type", long_json)], header_codes([], []), 0)
+    scope = make_scope()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        builder.key(request_inputs(scope, head, b"{}"))
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak < len(long_json)

@@ -75,11 +75,50 @@ async def test_shared_bypass_and_disabled_responses_are_timed_too() -> None:
     assert timing(disabled.header_values("server-timing"))[0] == "disabled"
 
 
-async def test_without_a_status_header_the_timing_has_no_desc_except_on_a_hit() -> None:
-    middleware = DecisionCacheMiddleware(RecordingApp(), cache=DecisionCache(), status_header=None)
+async def test_without_a_status_header_no_response_tells_a_hit_from_a_run() -> None:
+    """``status_header=None`` is the one switch (docs/security.md): no ``X-Cache``, no
+    ``Server-Timing`` (its ``dur`` tells a hit's microseconds from a run's), and no ``Age``
+    on hits (it says when someone else asked), even for a response that keeps its age."""
+    aged = Answer(
+        headers=[(b"content-type", b"application/json"), (b"cache-control", b"max-age=600")]
+    )
+    app = SlowApp(0.01, aged)
+    middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), status_header=None)
+    miss = await call(middleware, body=b"{}")
+    await asyncio.sleep(1.05)  # a hit's Age would say 1 by now
+    hit = await call(middleware, body=b"{}")
+    assert app.calls == 1 and hit.body == miss.body
+    assert [name for name, _ in hit.headers] == [name for name, _ in miss.headers]
+    for result in (miss, hit):
+        for name in ("server-timing", "x-cache", "age", "cache-status"):
+            assert result.header(name) is None, (name, result.headers)
+    # Hits answered past the fast path (an on_hit hook) say no more.
+    hooked = DecisionCacheMiddleware(
+        app, cache=DecisionCache(), status_header=None, on_hit=lambda scope: True
+    )
+    await call(hooked, body=b"{}")
+    await asyncio.sleep(1.05)
+    assert (await call(hooked, body=b"{}")).header("age") is None
+
+
+async def test_timing_asked_for_by_name_without_a_status_header_names_no_outcome() -> None:
+    middleware = DecisionCacheMiddleware(
+        RecordingApp(), cache=DecisionCache(), status_header=None, server_timing=True
+    )
     miss = await call(middleware, body=b"{}")
     hit = await call(middleware, body=b"{}")
-    assert re.fullmatch(r"cache;dur=\d+\.\d{3}", miss.header("server-timing") or "")
+    for result in (miss, hit):
+        assert re.fullmatch(r"cache;dur=\d+\.\d{3}", result.header("server-timing") or "")
+
+
+async def test_hits_say_their_age_where_outcomes_are_named() -> None:
+    aged = Answer(
+        headers=[(b"content-type", b"application/json"), (b"cache-control", b"max-age=600")]
+    )
+    middleware = DecisionCacheMiddleware(RecordingApp(aged), cache=DecisionCache())
+    await call(middleware, body=b"{}")
+    hit = await call(middleware, body=b"{}")
+    assert (hit.header("age") or "").isdigit() and hit.header("x-cache") == "hit"
     assert timing(hit.header_values("server-timing"))[0] == "hit"
 
 

@@ -75,3 +75,36 @@ async def test_a_response_of_many_empty_chunks_stays_within_a_few_mib() -> None:
     # Not stored: past the most pieces a stream keeps, it is shared live but not kept.
     assert await cache.store.count() == 0
     assert middleware.stats.not_admitted_reasons == {"too_many_chunks": 1}
+
+
+async def test_a_reader_that_never_takes_empty_chunks_is_detached_by_their_count() -> None:
+    # Paced by its fastest reader, a shared stream keeps what a silent reader did not
+    # take: empty pieces weigh nothing against the byte bound, so their count bounds it.
+    from asyncache.middleware.capture import response_broadcast
+
+    broadcast = response_broadcast(1024, joinable=True)
+    fast = broadcast.join(owner=True)
+    silent = broadcast.join()
+
+    async def read_fast() -> int:
+        taken = 0
+        while True:
+            message = broadcast.take(fast)
+            if message is None:
+                await broadcast.changed().wait()
+                continue
+            broadcast.sent(fast)
+            taken += 1
+            if not message.get("more_body", False) and message["type"] != "http.response.start":
+                return taken
+
+    reader = asyncio.create_task(read_fast())
+    start = {"type": "http.response.start", "status": 200, "headers": []}
+    async with asyncio.timeout(60):  # a hang guard: paced by the silent reader, it stalled
+        await broadcast.push(start)
+        for _ in range(CHUNKS):
+            await broadcast.push({"type": "http.response.body", "body": b"", "more_body": True})
+        await broadcast.push({"type": "http.response.body", "body": b""})
+        assert await reader == CHUNKS + 2
+    assert silent.detached and not fast.detached
+    assert len(broadcast.messages) <= 2
