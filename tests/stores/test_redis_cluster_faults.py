@@ -527,7 +527,7 @@ async def _until_async(condition: Callable[[], bool]) -> None:
 
 
 async def test_a_stalled_primarys_promotion_is_followed_while_it_is_still_stalled(
-    tmp_path: Path,
+    redis_engine: str, tmp_path: Path
 ) -> None:
     """A primary that stalls (SIGSTOP, not killed) answers with timeouts: no MOVED, no
     refused connection, so nothing told the client to learn the topology again, and
@@ -536,7 +536,7 @@ async def test_a_stalled_primarys_promotion_is_followed_while_it_is_still_stalle
     at 3.5-4 s). A node that times out makes the client ask the other nodes: its
     keys are served by the promoted replica while the old primary is still stopped.
     """
-    async with _failover_cluster(tmp_path) as (store, victim, replica, on, off):
+    async with _failover_cluster(redis_engine, tmp_path) as (store, victim, replica, on, off):
         client = store.client
         assert isinstance(client, RedisCluster)
         with stopped(victim):
