@@ -35,6 +35,8 @@ WAIT_TIMEOUT = 60.0
 GENEROUS = GENEROUS_REDIS_TIMEOUTS
 # The same for every store call the engine makes (its default is 1 s).
 STORE_TIMEOUT = 30.0
+# Redis' runs on redis-server and on Valkey (tests/conftest.py); SQLite's once.
+pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(params=["sqlite", "redis"])
