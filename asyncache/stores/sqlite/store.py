@@ -417,6 +417,14 @@ class SQLiteStore:
         """
         return await self._leases.acquire(key, token, ttl)
 
+    async def renew_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
+        """Extend the lease on ``key`` to ``ttl`` seconds from now if ``token`` still holds it.
+
+        Never takes a lease: a renewal that crossed its holder's release (or a
+        takeover) changes nothing and returns ``False``.
+        """
+        return await self._leases.renew(key, token, ttl)
+
     async def release_lease(self, key: bytes, token: bytes) -> None:
         """Drop the lease on ``key`` if ``token`` still holds it."""
         await self._leases.release(key, token)
