@@ -19,6 +19,7 @@ from .decorator import (
     MethodWarning,
     cached_prediction,
 )
+from .engine import TrustReport
 from .errors import (
     AsyncacheError,
     ConfigurationError,
@@ -99,6 +100,7 @@ __all__ = [
     "SignatureError",
     "StoreError",
     "ThreadOffload",
+    "TrustReport",
     "WorkerDiedError",
     "__version__",
     "cached_prediction",

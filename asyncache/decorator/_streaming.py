@@ -99,6 +99,7 @@ def streamed(
             pace=pace,
             max_chunks=max_chunks,
             freshness=freshness,
+            namespace=name,
         )
         try:
             async with aclosing(flow):

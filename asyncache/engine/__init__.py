@@ -16,6 +16,7 @@ here, never from its underscore modules. Its modules:
 - ``_leases``: one computation per fleet, through the store's leases;
 - ``_forget``: dropping decisions by tag or scope (``cache.forget``);
 - ``_audit``: sampled audits of hits and shadow mode;
+- ``_trust``: audit windows, the wrong-rate bound, and doubting hits past it;
 - ``_warm``: pre-warming from a list of inputs;
 - ``_broadcast``: a computation's pieces shared live by its flight's callers;
 - ``_memo``: decoded results of recent hits, by key;
@@ -52,6 +53,7 @@ from ._runtime import (
     wait_for,
 )
 from ._streams import cached_stream
+from ._trust import BreachHook, Trust, TrustReport, judged_as
 from ._warm import WarmSummary, warm
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "MISS",
     "AdmitHook",
     "Auditor",
+    "BreachHook",
     "Broadcast",
     "Call",
     "Compare",
@@ -76,6 +79,8 @@ __all__ = [
     "Source",
     "StaleHit",
     "StoreGuard",
+    "Trust",
+    "TrustReport",
     "TtlHook",
     "Unshared",
     "WarmSummary",
@@ -86,6 +91,7 @@ __all__ = [
     "failed_together",
     "forget",
     "is_cancellation",
+    "judged_as",
     "lease_store",
     "new_event",
     "overridden",

@@ -124,17 +124,20 @@ class TestTieredSQLiteStore(ProjectStore, StoreContract, EntryScanContract, Forg
     kind = "tiered-sqlite"
 
 
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
 class TestRedisStore(
     ProjectStore, StoreContract, EntryScanContract, ForgetContract, LeaseStoreContract
 ):
     kind = "redis"
 
 
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
 class TestRedisClusterStore(
     ProjectStore, StoreContract, EntryScanContract, ForgetContract, LeaseStoreContract
 ):
     kind = "redis-cluster"
 
 
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
 class TestTieredRedisStore(ProjectStore, StoreContract, EntryScanContract, ForgetContract):
     kind = "tiered-redis"
