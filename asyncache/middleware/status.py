@@ -8,7 +8,15 @@ from time import perf_counter
 
 from .types import FixedHeaders, Message, Send
 
-__all__ = ["StatusHeaders", "TaggedSend", "TimedSend", "timing_header"]
+__all__ = [
+    "TIMINGS_MADE",
+    "StatusHeaders",
+    "TaggedSend",
+    "TimedSend",
+    "hit_timings",
+    "made_timing",
+    "timing_header",
+]
 
 _TOKEN = re.compile(r"[A-Za-z*][A-Za-z0-9!#$%&'*+\-.^_`|~:/]*")
 
@@ -115,11 +123,27 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
 
 # A hit's durations under this many microseconds (every hit in memory) have their
 # headers made once each: formatting a float costs a hit more than finding its answer.
-_MADE_US = 1000
+TIMINGS_MADE = 1000
 _made: dict[bytes | None, list[tuple[bytes, bytes] | None]] = {
-    b"hit": [None] * _MADE_US,
-    None: [None] * _MADE_US,  # a hit where no outcome is named
+    b"hit": [None] * TIMINGS_MADE,
+    None: [None] * TIMINGS_MADE,  # a hit where no outcome is named
 }
+
+
+def hit_timings(outcome: bytes | None) -> list[tuple[bytes, bytes] | None]:
+    """The ``Server-Timing`` headers of a hit naming ``outcome`` (``b"hit"`` or ``None``), by
+    whole microseconds under ``TIMINGS_MADE``: each made by ``made_timing`` on first use."""
+    return _made[outcome]
+
+
+def made_timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
+    """A ``Server-Timing`` header for ``us`` microseconds, kept for the next hit that takes as
+    long when ``hit_timings`` holds such headers."""
+    header = _timing(outcome, us)
+    made = _made.get(outcome)
+    if made is not None and us < TIMINGS_MADE:
+        made[us] = header
+    return header
 
 
 def _timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
@@ -137,12 +161,9 @@ def timing_header(outcome: bytes | None, started: float) -> tuple[bytes, bytes]:
     """
     us = int((perf_counter() - started) * 1_000_000)
     made = _made.get(outcome)
-    if made is None or us >= _MADE_US:
+    if made is None or us >= TIMINGS_MADE:
         return _timing(outcome, us)
-    header = made[us]
-    if header is None:
-        header = made[us] = _timing(outcome, us)
-    return header
+    return made[us] or made_timing(outcome, us)
 
 
 class TimedSend:
