@@ -22,7 +22,6 @@ from .engine import (
     Freshness,
     StoreGuard,
     TtlHook,
-    get_or_compute_many,
 )
 from .errors import ConfigurationError
 from .keys import KeyBuilder
@@ -427,7 +426,7 @@ class DecisionCache:
             BaseException: the first failed item's exception, after every other
                 item was stored.
         """
-        return await get_or_compute_many(self.engine, keys, compute, inputs)
+        return await self.engine.get_or_compute_many(keys, compute, inputs)
 
     async def lookup(self, key: bytes) -> Decoded | None:
         """Return the live decoded decision under ``key`` and count the hit, or ``None``.

@@ -306,3 +306,26 @@ def test_redis_store_refuses_trio_at_once(redis_url: str) -> None:
 
     trio.run(used_under_trio)
     assert cache.stats()["errors"] == 0
+
+
+def test_a_sync_function_offloaded_to_threads_computes_under_trio() -> None:
+    # Issue 31: offload="thread" ran on asyncio's run_in_executor, so under trio a miss
+    # raised "RuntimeError: no running event loop". The pool is awaited through anyio.
+    runs = 0
+
+    async def main() -> list[str]:
+        cache = DecisionCache(ttl=3600)
+
+        @cached_prediction(cache, offload="thread")
+        def predict(text: str) -> str:
+            nonlocal runs
+            runs += 1
+            time.sleep(0.01)  # on a pool thread, not the loop
+            return text.upper()
+
+        answers = [await predict("x"), await predict("y"), await predict("x")]
+        await cache.aclose()
+        return answers
+
+    assert trio.run(main) == ["X", "Y", "X"]
+    assert runs == 2

@@ -28,7 +28,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ..engine import Freshness, overridden
+from ..engine import Call, Freshness, ItemsCall, failed_together, overridden
 from ..errors import DecodeError, OffloadError, ReplayMiss
 from ._returns import rebuild_each
 
@@ -121,12 +121,8 @@ class Batched(Generic[B]):
         try:
             if single:
                 submit, item = self.batcher.submit, listed[0]
-                return [await self.cache.get_or_compute(keys[0], lambda: submit(item), item)]
-            run_many = self.batcher.run_many
-
-            async def compute(indices: list[int]) -> list[Any]:
-                return await run_many([listed[index] for index in indices])
-
+                return [await self.cache.get_or_compute(keys[0], Call(submit, (item,), {}), item)]
+            compute = ItemsCall(self.batcher.run_many, listed)
             return await self.cache.get_or_compute_many(keys, compute, listed)
         except ReplayMiss as miss:
             raise miss.named(self.namespace) from None
@@ -244,6 +240,8 @@ class MicroBatcher(Generic[T, R]):
             if isinstance(outcome, BaseException):
                 if isinstance(outcome, asyncio.CancelledError):
                     raise outcome
+                if len(chunk) > 1:
+                    failed_together(outcome)  # which item raised is unknown: cached for none
                 results.extend([outcome] * len(chunk))
             else:
                 results.extend(_checked(outcome, len(chunk)))
@@ -299,6 +297,8 @@ class MicroBatcher(Generic[T, R]):
                 future.cancel()
             raise
         except BaseException as exc:
+            if len(live) > 1:
+                failed_together(exc)  # each caller's cache entry must not keep it
             for _, future in live:
                 if not future.done():
                     future.set_exception(exc)

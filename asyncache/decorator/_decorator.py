@@ -18,7 +18,7 @@ from typing import (
 )
 
 from ..cache import DecisionCache
-from ..engine import MISS, Freshness, overridden
+from ..engine import MISS, Call, Freshness, overridden
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
 from ..stores import entries_of
@@ -442,7 +442,7 @@ def _wrap(
         # The function's own freshness settings, for the flight this call may start.
         token = None if policy is None else overridden.set(policy)
         try:
-            return await get_or_compute(cache_key, lambda: run(*args, **kwargs), inputs)
+            return await get_or_compute(cache_key, Call(run, args, kwargs), inputs)
         except ReplayMiss as miss:
             raise miss.named(name) from None  # the engine knows the key, not the function
         finally:

@@ -18,7 +18,7 @@ from contextlib import aclosing
 from typing import Any
 
 from ..cache import DecisionCache
-from ..engine import Freshness, cached_stream
+from ..engine import Call, Freshness, cached_stream
 from ..errors import ReplayMiss
 from ..keys import KeyBuilder
 from ._binding import Binder
@@ -56,18 +56,19 @@ def streamed(
     """
     engine = cache.engine
 
-    def produce(args: Any, kwargs: Any) -> Callable[[], AsyncIterator[Any]]:
-        async def chunks() -> AsyncIterator[Any]:
-            stream = (await fn(*args, **kwargs)) if awaited else fn(*args, **kwargs)
-            try:
-                async for chunk in stream:
-                    yield chunk if encode is None else encode(chunk)
-            finally:
-                close = getattr(stream, "aclose", None)
-                if close is not None:
-                    await close()
+    async def run(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        stream = (await fn(*args, **kwargs)) if awaited else fn(*args, **kwargs)
+        try:
+            async for chunk in stream:
+                yield chunk if encode is None else encode(chunk)
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
 
-        return chunks
+    def produce(args: Any, kwargs: Any) -> Callable[[], AsyncIterator[Any]]:
+        # A Call: a refresh detaches it from what the caller does with its arguments later.
+        return Call(run, args, kwargs)
 
     async def chunks(
         cache_key: bytes, inputs: Any, args: Any, kwargs: Any

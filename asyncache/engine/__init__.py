@@ -23,6 +23,7 @@ here, never from its underscore modules. Its modules:
 
 from ._audit import Auditor, Compare, MismatchHook
 from ._broadcast import MAX_PIECES, Broadcast, Framing, Reader
+from ._calls import Call, ItemsCall, snapshot
 from ._engine import (
     MISS,
     AdmitHook,
@@ -33,12 +34,12 @@ from ._engine import (
     TtlHook,
     Unshared,
     replay_miss,
+    unwrap,
 )
 from ._flights import Flight, error_for_caller
-from ._freshness import Freshness, StaleHit, overridden
+from ._freshness import Freshness, StaleHit, failed_together, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
-from ._many import get_or_compute_many
 from ._runtime import (
     Event,
     cancel_and_wait,
@@ -57,6 +58,7 @@ __all__ = [
     "AdmitHook",
     "Auditor",
     "Broadcast",
+    "Call",
     "Compare",
     "Engine",
     "Event",
@@ -65,6 +67,7 @@ __all__ = [
     "Framing",
     "Fresh",
     "Freshness",
+    "ItemsCall",
     "Leases",
     "MismatchHook",
     "Reader",
@@ -78,13 +81,15 @@ __all__ = [
     "cancel_and_wait",
     "cancelled",
     "error_for_caller",
-    "get_or_compute_many",
+    "failed_together",
     "is_cancellation",
     "lease_store",
     "new_event",
     "overridden",
     "replay_miss",
+    "snapshot",
     "spawn",
+    "unwrap",
     "wait_for",
     "warm",
 ]

@@ -19,9 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..codec import Decoded, round_trip
-from ..errors import DecodeError
 from ..keys import canonical
-from ._engine import Engine, Unshared, lifetime, unwrap
+from ._engine import Engine, unwrap
 
 __all__ = ["Auditor", "Compare", "MismatchHook", "same_decision"]
 
@@ -112,29 +111,6 @@ class Auditor:
             engine.log.warning("audit", "asyncache: an audit failed: %r", exc)
         finally:
             self.running -= 1
-
-    async def shadow(self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any) -> Any:
-        """One call in shadow mode: compute, compare with what a hit would have served,
-        fill the store when it held nothing. Nothing from the store reaches the caller."""
-        engine = self._engine
-        entry = await engine.store_get(key)
-        fresh, seconds = await engine.timed(compute)
-        if isinstance(fresh, Unshared):
-            engine.stats.not_admitted += 1
-            return fresh.value
-        fresh, fresh_for = lifetime(fresh)
-        stored: Decoded | None = None
-        if entry is not None:
-            try:
-                stored = engine.decode(key, entry.value)
-            except DecodeError as exc:
-                await engine.discard_corrupt(key, exc)
-        self.judge_shadow(key, inputs, stored, fresh)
-        if stored is None:
-            await engine.store_result(
-                key, fresh, inputs=inputs, compute_seconds=seconds, fresh_for=fresh_for
-            )
-        return fresh
 
     def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:
         """Count one shadow call: a miss, or a hit that would have agreed or not."""

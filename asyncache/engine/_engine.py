@@ -1,6 +1,6 @@
 """The engine: the one path a lookup takes, whatever door it came through.
 
-``Engine.get_or_compute`` (one key) and ``asyncache.engine._many.get_or_compute_many``
+``Engine.get_or_compute`` (one key) and ``Engine.get_or_compute_many``
 (many keys) are the only ways into the store. The decorator (single calls,
 ``.many()``, micro-batching) and the middleware call them with a ``compute``
 that runs the model or the app, so coalescing, leases, audits, the modes,
@@ -48,6 +48,7 @@ from ..keys import canonical
 from ..stats import CacheStats, RateLimitedLog
 from ..stores.memory import MemoryStore
 from ..stores.protocol import DecisionStore, Entry
+from ._calls import detached
 from ._flights import Flight, FlightTable, copy_for_caller, error_for_caller
 from ._freshness import (
     ErrorHit,
@@ -133,6 +134,11 @@ def unwrap(result: Any) -> Any:
     """The value a compute produced, whether or not it came as ``Unshared`` or ``Fresh``."""
     kind = type(result)
     return result.value if kind is Unshared or kind is Fresh else result
+
+
+def _fresh_for(result: Any) -> float | None:
+    """The lifetime a computed result gave (``Fresh``), or ``None``."""
+    return result.seconds if type(result) is Fresh else None
 
 
 def lifetime(result: Any) -> tuple[Any, float | None]:
@@ -360,20 +366,20 @@ class Engine:
         if entry is None:
             return None
         try:
-            decoded = self.decode(key, entry.value)
-            self.hit(key, entry)  # decodes from the memo where it can; counts and renews
-        except DecodeError as exc:
-            await self.discard_corrupt(key, exc)
-            return None
-        except StaleHit as stale:
-            if not stale.revalidate:
+            value = await self.decide(key, entry, _UNKNOWN)
+        except ReplayMiss:
+            raise
+        except Exception:
+            return None  # a cached error (counted)
+        if value is MISS:
+            return None  # corrupt: counted and dropped
+        if type(value) is StaleHit:
+            if not value.revalidate:
                 return None  # only a failed computation may have it now
             self.stats.hits += 1  # stale, yet served: lookup has nothing to refresh it with
             self.stats.stale_hits += 1
-        except ErrorHit:
-            self.stats.error_hits += 1
-            return None
-        return decoded
+        # Decoded whole for the caller (its timings and windows too), as the hit read it.
+        return self.decode(key, entry.value)
 
     async def get_or_compute(
         self,
@@ -416,25 +422,14 @@ class Engine:
             entry = await self.guard.call("get", lambda: store.get(key))
         stale: StaleHit | None = None
         if entry is not None:
-            try:
-                value = self.hit(key, entry)
-            except DecodeError as exc:
-                if mode == "replay":
-                    self.stats.corrupt += 1
-                    raise await self.refusal(key, inputs, exc) from None
-                await self.discard_corrupt(key, exc)
-            except StaleHit as found:
-                if found.revalidate:
-                    return self.serve_stale(key, found, compute, inputs, source)  # type: ignore[no-any-return]
-                stale = found  # within stale-if-error: compute, and fall back on it
-            except ErrorHit as cached:
-                self.stats.error_hits += 1
-                raise cached.error from None
-            else:
-                if self.sampler is not None and audit:
-                    self.sampler.sample(key, entry.value, recompute or compute, inputs)
-                if source is not None:
-                    source("hit")
+            value = await self.decide(
+                key, entry, inputs, (recompute or compute) if audit else None, source
+            )
+            if type(value) is StaleHit:
+                if value.revalidate:
+                    return self.serve_stale(key, value, compute, inputs, source)  # type: ignore[no-any-return]
+                stale = value  # within stale-if-error: compute, and fall back on it
+            elif value is not MISS:
                 return value  # type: ignore[no-any-return]
         return await self.miss(key, compute, inputs, source=source, stale=stale)
 
@@ -445,26 +440,52 @@ class Engine:
         recompute: Callable[[], Awaitable[Any]] | None = None,
         inputs: Any = None,
     ) -> Any:
-        """The stored decision under ``key`` (a hit, counted), ``MISS``, or a ``StaleHit``.
+        """The stored decision under ``key`` (a hit, counted), ``MISS``, or a ``StaleHit``:
+        the read step then the decide step (``read``, ``decide``).
 
         The lookup half of ``get_or_compute``, for a door that decides for
         itself what a miss does (the middleware: follow a run, or start one
-        with ``miss``). A corrupt entry is dropped and is ``MISS``. An entry
-        past its ttl is returned as the ``StaleHit`` (not counted): the door
-        serves it with ``serve_stale``, or hands it to ``miss`` (``stale=``).
-        ``recompute``: what an audit of the hit runs (no audit without it).
+        with ``miss``; the stream door).
 
         Raises:
             ReplayMiss: in replay, an entry that cannot be used, saying why (it stays).
             Exception: a cached error (``cache_errors``), raised again.
         """
+        entry = await self.read(key)
+        if entry is None:
+            return MISS
+        return await self.decide(key, entry, inputs, recompute)
+
+    async def read(self, key: bytes) -> Entry | None:
+        """The read step for one key: the store's memory when it has one, else the store."""
         entry = self._peek(key) if self._peek is not None else None
         if entry is None and not self._peek_final:
             entry = await self.store_get(key)
-        if entry is None:
-            return MISS
+        return entry
+
+    async def decide(
+        self,
+        key: bytes,
+        entry: Entry,
+        inputs: Any = None,
+        recompute: Callable[[], Awaitable[Any]] | None = None,
+        source: Source | None = None,
+        uses: int = 1,
+    ) -> Any:
+        """The decide step for an entry read: the one place the outcomes of ``hit`` are
+        handled, for every door and for one key or many.
+
+        Returns the decision (a fresh hit, counted ``uses`` times, audited with
+        ``recompute`` when audits sample it, ``source`` told), ``MISS`` (a
+        corrupt entry, counted and dropped) or the ``StaleHit`` (not counted:
+        the door serves it with ``serve_stale``, or hands it to ``miss``).
+
+        Raises:
+            ReplayMiss: in replay, a corrupt entry (left as it was), saying why.
+            Exception: a cached error (``cache_errors``), raised again.
+        """
         try:
-            value = self.hit(key, entry)
+            value = self.hit(key, entry, uses=uses)
         except DecodeError as exc:
             if self.mode == "replay":
                 self.stats.corrupt += 1
@@ -474,11 +495,23 @@ class Engine:
         except StaleHit as stale:
             return stale
         except ErrorHit as cached:
-            self.stats.error_hits += 1
+            self.stats.error_hits += uses
             raise cached.error from None
         if self.sampler is not None and recompute is not None:
             self.sampler.sample(key, entry.value, recompute, inputs)
+        if source is not None:
+            source("hit")
         return value
+
+    def seconds_of(self, key: bytes, entry: Entry) -> float:
+        """The seconds the decision in ``entry`` took to compute (a paced replay's)."""
+        known = self.recent.records.get(key)
+        if known is not None and known.value is entry.value:
+            return known.saved
+        try:
+            return self.decode(key, entry.value).compute_seconds or 0.0
+        except DecodeError:
+            return 0.0
 
     async def miss(
         self,
@@ -501,6 +534,8 @@ class Engine:
         """
         self.stats.misses += 1
         if self.mode == "replay":
+            if stale is not None and stale.usable():
+                return self.replayed(stale)  # type: ignore[no-any-return]
             raise await self.refusal(key, inputs)
         replacing = None if stale is None else stale.entry.value
         try:
@@ -523,10 +558,7 @@ class Engine:
             self.stats.coalesced += 1
             return await self._follow(key, flight, compute, inputs, source, stream, replacing)
         except Exception:
-            if stale is None or not stale.usable():
-                raise
-            self.stats.stale_if_error_hits += 1
-            return stale.value  # type: ignore[no-any-return]
+            return self.fall_back(stale)  # type: ignore[no-any-return]
 
     def serve_stale(
         self,
@@ -548,6 +580,8 @@ class Engine:
         if self.mode == "live" and not self.closed and self.flights.get(key) is None:
             flight = self.flights.claim(key)
             flight.refresh = True
+            # The refresh runs after this call returned: on the inputs as they are now.
+            compute = detached(compute)
             self.flights.launch(flight, self._refresh(key, flight, stale, compute, inputs))
         if source is not None:
             source("stale")
@@ -599,10 +633,14 @@ class Engine:
         if mode == "off":
             self.stats.bypassed += 1
             return unwrap(await compute())
+        # What a hit would have served is read before computing (shadow compares it).
+        entries = [await self.store_get(key)] if mode == "shadow" else []
+        result, seconds = await self.timed(compute)
         if mode == "record":
-            return await self.record_result(key, compute, inputs)
-        assert self.auditor is not None  # made with mode="shadow"
-        return await self.auditor.shadow(key, compute, inputs)
+            [answer] = await self.record_keys([key], [result], seconds, [inputs])
+        else:
+            [answer] = await self.shadow_keys([key], entries, [result], seconds, [inputs])
+        return answer
 
     # -- the miss path -------------------------------------------------------
 
@@ -685,10 +723,27 @@ class Engine:
         compute: Callable[[], Awaitable[T]],
         inputs: Any = None,
         source: Source | None = None,
+        stale: StaleHit | None = None,
     ) -> T:
-        """Compute and store a miss without a flight: under a lease when leases are on."""
-        value, _ = await self._compute_shared(key, compute, inputs, source)
+        """Compute and store a miss without a flight: under a lease when leases are on.
+
+        ``stale``: as for ``miss``, the entry within its stale-if-error window that
+        the decision replaces, and the answer if computing fails.
+        """
+        replacing = None if stale is None else stale.entry.value
+        try:
+            value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
+        except Exception:
+            return self.fall_back(stale)  # type: ignore[no-any-return]
         return value  # type: ignore[no-any-return]
+
+    def fall_back(self, stale: StaleHit | None) -> Any:
+        """Within an ``except`` block of a failed computation: the stale-if-error answer,
+        or the failure raised again when there is none (or its window ended)."""
+        if stale is None or not stale.usable():
+            raise  # the failure being handled
+        self.stats.stale_if_error_hits += 1
+        return stale.value
 
     async def _compute_shared(
         self,
@@ -768,6 +823,10 @@ class Engine:
                 token = start.token
             try:
                 value, shared = await self._compute_alone(key, compute, inputs, expected)
+                if not shared:
+                    # The answer now may not be stored (the middleware's private or 4xx
+                    # response): the stale one must not stand in for it any longer.
+                    await self.end_stale(key, expected)
             finally:
                 if leases is not None:
                     await leases.finish(key, token)
@@ -788,28 +847,93 @@ class Engine:
         finally:
             self.flights.landed(key, flight)
 
-    async def record_result(
-        self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
-    ) -> Any:
-        """``mode="record"``: compute, and store the result in place of what ``key`` held.
+    async def record_keys(
+        self, keys: Sequence[bytes], results: Sequence[Any], seconds: float, inputs: Sequence[Any]
+    ) -> list[Any]:
+        """``mode="record"``, for one key or many: store each computed result in place of
+        what its key held; the answer for each key.
 
-        Stores keep the first decision (``add``), so the old entry is deleted
-        first; a writer that adds between the two wins, as it would in live mode.
+        ``results`` are what the computation gave each key (a value, ``Unshared``,
+        ``Fresh``, or the exception of an item that failed, answered as it is);
+        ``seconds`` is each one's share of the computation. Stores keep the first
+        decision (``add``), so the old entries are deleted first (``replace``); a
+        writer that adds between the two wins, as it would in live mode.
 
         Raises:
-            StoreError: the decision could not be written (``replace``).
+            StoreError: a decision could not be written or encoded: the recording
+                would be incomplete.
         """
-        result, seconds = await self.timed(compute)
-        if isinstance(result, Unshared):
+        answers: list[Any] = []
+        pending: list[tuple[bytes, bytes, float | None]] = []
+        at: list[int] = []
+        for key, result, given in zip(keys, results, inputs, strict=True):
+            unshared = type(result) is Unshared
+            value = self._kept_result(result)
+            answers.append(value)
+            if unshared or isinstance(value, BaseException):
+                continue
+            prepared = self.prepare(key, value, given, seconds, _fresh_for(result))
+            if prepared is not None:
+                pending.append((key, *prepared))
+                at.append(len(answers) - 1)
+        if pending:
+            winners = await self.replace(pending)  # raises when the store did not take them
+            for index, (key, value, _), entry in zip(at, pending, winners, strict=True):
+                answers[index] = self.winner(key, value, entry, answers[index])
+        return answers
+
+    async def shadow_keys(
+        self,
+        keys: Sequence[bytes],
+        entries: Sequence[Entry | None],
+        results: Sequence[Any],
+        seconds: float,
+        inputs: Sequence[Any],
+    ) -> list[Any]:
+        """``mode="shadow"``, for one key or many: compare each computed result with the
+        entry a hit would have served (``entries``, read before computing), count it,
+        and fill the store where it held nothing. The answers are the computed results:
+        nothing from the store reaches a caller.
+
+        ``results`` and ``seconds`` as for ``record_keys``.
+        """
+        auditor = self.auditor
+        assert auditor is not None  # made with mode="shadow"
+        answers: list[Any] = []
+        pending: list[tuple[bytes, bytes, float | None]] = []
+        for key, entry, result, given in zip(keys, entries, results, inputs, strict=True):
+            unshared = type(result) is Unshared
+            value = self._kept_result(result)
+            answers.append(value)
+            if unshared or isinstance(value, BaseException):
+                continue
+            stored: Decoded | None = None
+            if entry is not None:
+                try:
+                    stored = self.decode(key, entry.value)
+                except DecodeError as exc:
+                    await self.discard_corrupt(key, exc)
+            auditor.judge_shadow(key, given, stored, value)
+            if stored is None:
+                prepared = self.prepare(key, value, given, seconds, _fresh_for(result))
+                if prepared is not None:
+                    pending.append((key, *prepared))
+        if pending:
+            store = self.store
+            added = await self.guard.call("add_many", lambda: store.add_many(pending))
+            winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+            for (key, value, _), entry in zip(pending, winners, strict=True):
+                try:
+                    self.winner(key, value, entry, None)  # counted as any store
+                except Exception:
+                    pass  # another process's cached error: this call answers its own result
+        return answers
+
+    def _kept_result(self, result: Any) -> Any:
+        """A computed result's value (``Unshared`` counted as not admitted)."""
+        if type(result) is Unshared:
             self.stats.not_admitted += 1
-            return result.value
-        result, fresh_for = lifetime(result)
-        prepared = self.prepare(key, result, inputs, seconds, fresh_for)
-        if prepared is None:
-            return result
-        value, expires_at = prepared
-        [entry] = await self.replace([(key, value, expires_at)])
-        return self.winner(key, value, entry, result)
+        return unwrap(result)
 
     async def replace(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
         """Record mode's write: delete what each key held, then add its new decision.
@@ -1074,6 +1198,299 @@ class Engine:
             raise error  # another process's computation failed first, and remembered it
         return decoded.value
 
+    # -- many keys: one get_many, one compute, one add_many ----------------------
+
+    async def get_or_compute_many(
+        self,
+        keys: Sequence[bytes],
+        compute: BatchCompute,
+        inputs: Sequence[Any] | None = None,
+    ) -> list[Any]:
+        """``DecisionCache.get_or_compute_many``: see there."""
+        new_request()
+        count = len(keys)
+        item_inputs: Sequence[Any] = inputs if inputs is not None else [None] * count
+        stats = self.stats
+        mode = self.mode
+        if mode == "off":
+            stats.bypassed += count
+            return _raise_item_errors(list(await compute(list(range(count)))))
+        first: dict[bytes, int] = {}
+        uses: dict[bytes, int] = {}
+        for index, key in enumerate(keys):
+            first.setdefault(key, index)
+            uses[key] = uses.get(key, 0) + 1
+        unique = list(first)
+        indices = [first[key] for key in unique]
+        unique_inputs = [item_inputs[index] for index in indices]
+        if mode == "record":
+            results, share = await self._run_batch(compute, indices)
+            answers = await self.record_keys(unique, results, share, unique_inputs)
+            return _answers(keys, dict(zip(unique, answers, strict=True)), set(), _never)
+        entries = await self.guard.call("get_many", lambda: self.store.get_many(unique))
+        entries = entries or [None] * len(unique)
+        found_entries = dict(zip(unique, entries, strict=True))
+        if mode == "shadow":
+            results, share = await self._run_batch(compute, indices)
+            answers = await self.shadow_keys(unique, entries, results, share, unique_inputs)
+            return _answers(keys, dict(zip(unique, answers, strict=True)), set(), _never)
+        found: dict[bytes, Any] = {}
+        stale: dict[bytes, StaleHit] = {}
+        for key in unique:
+            entry = found_entries[key]
+            if entry is None:
+                continue
+            index = first[key]
+            audit = None if self.sampler is None else _single(compute, index)
+            try:
+                value = await self.decide(key, entry, item_inputs[index], audit, uses=uses[key])
+            except ReplayMiss:
+                raise
+            except Exception as cached:  # a cached error: this item's answer
+                found[key] = cached
+                continue
+            if type(value) is StaleHit:
+                if value.revalidate:
+                    single = _single(compute, index)
+                    found[key] = self.serve_stale(
+                        key, value, single, item_inputs[index], uses=uses[key]
+                    )
+                else:
+                    stale[key] = value
+            elif value is not MISS:
+                found[key] = value
+        if mode == "replay":
+            for key, hit in list(stale.items()):
+                del stale[key]  # nothing is computed in replay: the stale one or a refusal
+                if hit.usable():
+                    found[key] = self.replayed(hit, uses[key])
+        missing = [key for key in unique if key not in found]
+        if mode == "replay" and missing:
+            stats.misses += sum(uses[key] for key in missing)
+            raise await self.refusal(missing[0], item_inputs[first[missing[0]]])
+        stats.misses += sum(uses[key] for key in missing)
+        # Claim every unclaimed key before awaiting anything: never wait on our own keys.
+        flights = self.flights
+        own: list[bytes] = []
+        own_flights: list[Flight[Any]] = []
+        theirs: list[tuple[bytes, Flight[Any]]] = []
+        for key in missing:
+            flight = flights.get(key) if self.coalesce else None
+            if flight is not None:
+                stats.coalesced += 1
+                theirs.append((key, flight))
+                continue
+            flight = flights.claim(key) if self.coalesce else Flight()
+            own.append(key)
+            own_flights.append(flight)
+        replacing = {key: hit.entry.value for key, hit in stale.items()}
+        if own:
+            work = self._fly_many(
+                own, own_flights, [first[k] for k in own], compute, item_inputs, replacing
+            )
+            if self.coalesce:
+                flights.start(own, own_flights, work)
+            else:
+                await work
+        outcomes: dict[bytes, Flight[Any]] = {}
+        for key, flight in zip(own, own_flights, strict=True):
+            await flight.wait(None)
+            outcomes[key] = flight
+        retry: list[bytes] = []
+        for key, flight in theirs:
+            done = await flight.wait(self.coalesce_timeout)
+            if not done:
+                stats.coalesce_timeouts += 1
+            if done and flight.shared and not isinstance(flight.error, asyncio.CancelledError):
+                outcomes[key] = flight
+            else:
+                retry.append(key)
+        if retry:
+            # Their owners were too slow or refused to share: compute these ourselves.
+            alone = [Flight[Any]() for _ in retry]
+            await self._fly_many(
+                retry, alone, [first[k] for k in retry], compute, item_inputs, replacing
+            )
+            outcomes.update(zip(retry, alone, strict=True))
+        for key, hit in stale.items():
+            # stale_if_error: a failed item is answered with its stale decision.
+            if outcomes[key].error is not None and hit.usable():
+                stats.stale_if_error_hits += uses[key]
+                found[key] = hit.value
+        # Values other callers also hold (flights this batch followed) are copied.
+        shared = {key for key, _ in theirs}
+        return _answers(keys, found, shared, lambda key: _outcome(outcomes[key]))
+
+    async def _fly_many(
+        self,
+        keys: list[bytes],
+        flights: list[Flight[Any]],
+        indices: list[int],
+        compute: BatchCompute,
+        inputs: Sequence[Any],
+        replacing: dict[bytes, bytes],
+    ) -> None:
+        """Compute the items of ``keys`` and finish their flights: under leases when leases are on.
+
+        With leases, the keys whose lease this process took (or could not ask
+        for: a store failure) are computed in one call; decisions that appeared
+        meanwhile are adopted; keys another process holds are waited for after
+        that, each under the one-key lease rules (take over a lease that died).
+        """
+        leases = self.leases
+        if leases is None:
+            await self._compute_many(keys, flights, indices, compute, inputs, replacing)
+            return
+        starts = await asyncio.gather(*(leases.begin(key, replacing.get(key)) for key in keys))
+        now: list[int] = []
+        held: list[int] = []
+        for position, (key, flight, start) in enumerate(zip(keys, flights, starts, strict=True)):
+            if start.entry is not None:
+                try:
+                    flight.set_result(self.adopt(key, start.entry))
+                    self.flights.release(key, flight)
+                    continue
+                except DecodeError:
+                    pass
+            (held if start.held else now).append(position)
+        try:
+            if now:
+                await self._compute_many(
+                    [keys[p] for p in now],
+                    [flights[p] for p in now],
+                    [indices[p] for p in now],
+                    compute,
+                    inputs,
+                    replacing,
+                )
+        finally:
+            await asyncio.gather(*(leases.finish(keys[p], starts[p].token) for p in now))
+        if held:
+            await asyncio.gather(
+                *(
+                    self._wait_held(keys[p], flights[p], indices[p], compute, inputs, replacing)
+                    for p in held
+                )
+            )
+
+    async def _wait_held(
+        self,
+        key: bytes,
+        flight: Flight[Any],
+        index: int,
+        compute: BatchCompute,
+        inputs: Sequence[Any],
+        replacing: dict[bytes, bytes],
+    ) -> None:
+        """Finish ``flight`` with another process's decision on ``key``, or compute it alone."""
+        assert self.leases is not None
+        single = _single(compute, index)
+        stale = replacing.get(key)
+
+        async def work() -> Any:
+            result, seconds = await self.timed(single)
+            return await self.store_result(
+                key, result, inputs=inputs[index], compute_seconds=seconds, replacing=stale
+            )
+
+        try:
+            value = await self.leases.run(key, work, lambda entry: self.adopt(key, entry), stale)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            flight.set_error(exc)
+        else:
+            flight.set_result(value)
+        finally:
+            self.flights.release(key, flight)
+
+    async def _compute_many(
+        self,
+        keys: list[bytes],
+        flights: list[Flight[Any]],
+        indices: list[int],
+        compute: BatchCompute,
+        inputs: Sequence[Any],
+        replacing: dict[bytes, bytes],
+    ) -> None:
+        """Compute the items at ``indices`` in one call, store them in one ``add_many``
+        and finish each item's flight with the decision that won.
+
+        Items whose stale entry the store still holds (``replacing``) replace it
+        one by one instead; failed items of ``cache_errors`` types are remembered.
+        """
+        table = self.flights
+        try:
+            results, share = await self._run_batch(compute, indices)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            # Remembered before the callers hear of it: their next call must find it. Only
+            # an item computed alone: which of several items raised is unknown.
+            if len(keys) == 1:
+                await self._remember_errors([(keys[0], exc)], replacing)
+            for key, flight in zip(keys, flights, strict=True):
+                table.release(key, flight)
+                flight.set_error(exc)
+            return
+        pending: list[tuple[bytes, bytes, float | None]] = []
+        waiting: list[tuple[Flight[Any], Any]] = []
+        await self._remember_errors(
+            [(k, r) for k, r in zip(keys, results, strict=True) if isinstance(r, BaseException)],
+            replacing,
+        )
+        for key, flight, index, result in zip(keys, flights, indices, results, strict=True):
+            table.release(key, flight)
+            if isinstance(result, BaseException):
+                flight.set_error(result)
+                continue
+            stale = replacing.get(key)
+            if stale is not None:
+                flight.set_result(
+                    await self.store_result(
+                        key, result, inputs=inputs[index], compute_seconds=share, replacing=stale
+                    )
+                )
+                continue
+            prepared = self.prepare(key, result, inputs[index], share)
+            if prepared is None:
+                flight.set_result(result)
+                continue
+            pending.append((key, *prepared))
+            waiting.append((flight, result))
+        if not pending:
+            return
+        added = await self.guard.call("add_many", lambda: self.store.add_many(pending))
+        winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
+            try:
+                flight.set_result(self.winner(key, value, entry, result))
+            except Exception as exc:  # another process's cached error won the add
+                flight.set_error(exc)
+
+    async def _remember_errors(
+        self, failed: list[tuple[bytes, BaseException]], replacing: dict[bytes, bytes]
+    ) -> None:
+        """Store the failures of ``cache_errors`` types, except where a stale entry is kept."""
+        for key, error in failed:
+            if key not in replacing and self.policy().caches(error):
+                await self.remember_error(key, error)
+
+    async def _run_batch(
+        self, compute: BatchCompute, indices: list[int]
+    ) -> tuple[list[Any], float]:
+        """One model call on the items at ``indices``: their results, and each one's share of
+        the seconds it took.
+
+        Raises:
+            ValueError: the model returned another number of results.
+        """
+        results, seconds = await self.timed(lambda: compute(indices))
+        listed = list(results)
+        if len(listed) != len(indices):
+            raise ValueError(f"the model returned {len(listed)} results for {len(indices)} items")
+        return listed, seconds / max(len(indices), 1)
+
     # -- store upkeep --------------------------------------------------------
 
     async def store_get(self, key: bytes) -> Entry | None:
@@ -1094,6 +1511,12 @@ class Engine:
         self.log.warning("corrupt", "asyncache: dropping an entry that does not decode: %s", exc)
         # Awaited, not backgrounded: the add that follows must not find it.
         await self.delete_entry(key)
+
+    async def end_stale(self, key: bytes, expected: bytes) -> None:
+        """Delete the stale entry holding ``expected``, unless another writer replaced it."""
+        entry = await self.store_get(key)
+        if entry is not None and entry.value == expected:
+            await self.delete_entry(key)
 
     async def delete_entry(self, key: bytes) -> None:
         """The store's ``delete`` (optional: see ``DecisionStore``), guarded; never in replay."""
@@ -1126,6 +1549,14 @@ class Engine:
                 self.stats.renewals += 1
         finally:
             self._renewing.discard(key)
+
+    def replayed(self, stale: StaleHit, uses: int = 1) -> Any:
+        """In replay, a recorded decision past its ttl, within its stale-if-error window:
+        served as recorded (nothing is computed in replay, as if computing had failed).
+        Every door asks ``stale.usable()`` first, and refuses (``refusal``) when it is not.
+        """
+        self.stats.stale_if_error_hits += uses
+        return stale.value
 
     async def refusal(self, key: bytes, inputs: Any, exc: DecodeError | None = None) -> ReplayMiss:
         """The ``ReplayMiss`` for a replayed call with no usable decision, saying why.
@@ -1222,10 +1653,6 @@ class Sampler(Protocol):
         """Count one shadow call: a miss, or a hit that would have agreed or not."""
         ...
 
-    async def shadow(self, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any) -> Any:
-        """One call in shadow mode: compute, compare with the stored decision, fill the store."""
-        ...
-
 
 class LeaseAttempt(Protocol):
     """One try at a lease (``_leases.LeaseStart``)."""
@@ -1275,3 +1702,73 @@ class Leasing(Protocol):
     async def aclose(self) -> None:
         """Stop renewing the leases still held."""
         ...
+
+
+# -- the many-keys path's helpers ----------------------------------------------
+
+BatchCompute = Callable[[list[int]], Awaitable[Sequence[Any]]]
+
+
+def _single(compute: BatchCompute, index: int) -> _Single:
+    """A one-key compute for the item at ``index`` (audits, refreshes, lease takeovers)."""
+    return _Single(compute, index)
+
+
+class _Single:
+    """The item at ``index`` of a batch's computation, computed alone."""
+
+    __slots__ = ("compute", "index")
+
+    def __init__(self, compute: BatchCompute, index: int) -> None:
+        self.compute = compute
+        self.index = index
+
+    async def __call__(self) -> Any:
+        results = list(await self.compute([self.index]))
+        if len(results) != 1:
+            raise ValueError(f"the model returned {len(results)} results for 1 item")
+        if isinstance(results[0], BaseException):
+            raise results[0]
+        return results[0]
+
+    def detached(self) -> _Single:
+        """The same item, on a snapshot of the batch's inputs (a refresh's)."""
+        return _Single(detached(self.compute), self.index)
+
+
+def _never(key: bytes) -> Any:
+    raise AssertionError("every key was answered")
+
+
+def _outcome(flight: Flight[Any]) -> Any:
+    return flight.error if flight.error is not None else flight.value
+
+
+def _answers(
+    keys: Sequence[bytes],
+    found: dict[bytes, Any],
+    shared: set[bytes],
+    outcome: Callable[[bytes], Any],
+) -> list[Any]:
+    """One answer per key, in order; the first failed item is raised.
+
+    Values other callers also hold (``shared``) or that an earlier item of this
+    batch received are copied: a caller may mutate what it gets.
+    """
+    results: list[Any] = []
+    handed = set(shared)
+    for key in keys:
+        value = found[key] if key in found else outcome(key)
+        if key in handed and not isinstance(value, BaseException):
+            value = copy_for_caller(value)
+        results.append(value)
+        handed.add(key)
+    return _raise_item_errors(results)
+
+
+def _raise_item_errors(results: list[Any]) -> list[Any]:
+    """``results``, unless an item failed: then the first failure is raised."""
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 from contextvars import ContextVar
 from typing import Any, NamedTuple
@@ -58,6 +59,7 @@ __all__ = [
     "UnlistedError",
     "error_name",
     "error_record",
+    "failed_together",
     "fresh_until",
     "overridden",
     "revive_error",
@@ -139,7 +141,28 @@ class Freshness(NamedTuple):
             bool(self.cache_errors)
             and isinstance(error, self.cache_errors)
             and not isinstance(error, StoreError)
+            and _TOGETHER.get(id(error)) is not error
         )
+
+
+# Errors raised by one call for several inputs (a batch that raised): which input caused
+# it is unknown, so none of them caches it. Held by id (exceptions take no weak
+# references), the newest few only: the engine asks while the batch's callers hear of it.
+_TOGETHER: dict[int, BaseException] = {}
+_TOGETHER_KEPT = 256
+_TOGETHER_LOCK = threading.Lock()
+
+
+def failed_together(error: BaseException) -> None:
+    """Say that ``error`` was raised for several inputs at once: it is cached for none.
+
+    A cached error belongs to the one input that raised it; a batch that raises
+    as a whole stores nothing for its other items (they are computed again).
+    """
+    with _TOGETHER_LOCK:  # several threads' loops may share a cache
+        if len(_TOGETHER) >= _TOGETHER_KEPT:
+            del _TOGETHER[next(iter(_TOGETHER))]
+        _TOGETHER[id(error)] = error
 
 
 overridden: ContextVar[Freshness | None] = ContextVar("asyncache_freshness", default=None)

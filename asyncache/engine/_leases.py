@@ -225,14 +225,29 @@ class Leases:
             self._renewals[(key, token)] = task
 
     async def _renew(self, key: bytes, token: bytes) -> None:
+        """Renew the lease every third of its ttl while ``(key, token)`` is in ``_renewals``.
+
+        Whether to go on is looked up after every await, not left to the
+        task's cancellation alone: on Python 3.11 ``asyncio.wait_for`` (which
+        redis-py wraps a command in when ``socket_timeout`` is set) returns the
+        reply and drops a cancellation that lands as the reply arrives, and a
+        renewal that kept looping would renew a released lease for as long as
+        the process lives, its key waited on by every other process.
+        """
+        held = (key, token)
         store, ttl = self._store, self.ttl
+        # A store that can extend only a lease the token still holds renews with that; with
+        # ``acquire_lease`` a renewal that crossed the release would take the lease anew.
+        renew = getattr(store, "renew_lease", None) or store.acquire_lease
         while True:
             await asyncio.sleep(ttl / 3)
+            if held not in self._renewals:
+                return
             kept = await self._call(
-                "acquire_lease",
-                self._engine.guard.timeout,
-                lambda: store.acquire_lease(key, token, ttl),
+                "acquire_lease", self._engine.guard.timeout, lambda: renew(key, token, ttl)
             )
+            if held not in self._renewals:
+                return  # released meanwhile: what the renewal found is no news
             if kept is False:
                 # Another process took it: ours ran out (this loop stalled past the
                 # ttl, or the store was unreachable), or the store does not let a
@@ -250,8 +265,9 @@ class Leases:
 
     async def aclose(self) -> None:
         """Stop renewing the leases still held (their computations were cancelled)."""
-        await cancel_and_wait(list(self._renewals.values()))
-        self._renewals.clear()
+        renewals = list(self._renewals.values())
+        self._renewals.clear()  # first: a renewal that lost its cancellation stops on this
+        await cancel_and_wait(renewals)
 
     async def _reach(self, key: bytes, token: bytes) -> Any:
         """``_acquire``, tried again while the store fails, for up to ``store_wait`` seconds."""
@@ -314,10 +330,17 @@ class Leases:
         )
 
     async def _release(self, key: bytes, token: bytes) -> None:
-        # If this fails the lease simply expires after its ttl.
+        """Stop the lease's renewal, then drop the lease; releasing twice is harmless.
+
+        The renewal has ended before the release is sent, so no renewal of ours
+        reaches the store after it. If the release fails the lease expires after its ttl.
+        """
         renewal = self._renewals.pop((key, token), None)
         if renewal is not None:
             renewal.cancel()
+            # Not awaited directly: a renewal that lost the cancellation (see ``_renew``)
+            # ends at its next look at ``_renewals``, and its failure is its own.
+            await asyncio.wait([renewal])
         store = self._store
         await self._call(
             "release_lease", self._engine.guard.timeout, lambda: store.release_lease(key, token)

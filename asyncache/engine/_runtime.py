@@ -35,6 +35,7 @@ __all__ = [
     "current_loop",
     "is_cancellation",
     "new_event",
+    "sleep",
     "spawn",
     "timeout_after",
     "wait_for",
@@ -237,6 +238,16 @@ async def cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
         task.cancel()
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def sleep(seconds: float) -> None:
+    """Sleep on whichever loop runs."""
+    if _on_asyncio():
+        await asyncio.sleep(seconds)
+        return
+    import anyio  # here: only a loop other than asyncio's gets this far
+
+    await anyio.sleep(seconds)
 
 
 def is_cancellation(exc: BaseException) -> bool:

@@ -43,10 +43,11 @@ import orjson
 
 from ..errors import DecodeError
 from ._broadcast import Broadcast, Reader
-from ._engine import MISS, Unshared, replay_miss
+from ._calls import detached
+from ._engine import MISS, Unshared
 from ._flights import Flight, copy_for_caller, error_for_caller
 from ._freshness import Freshness, StaleHit, overridden
-from ._runtime import cancelled, is_cancellation, spawn
+from ._runtime import cancelled, is_cancellation, sleep, spawn
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -115,10 +116,23 @@ async def cached_stream(
     mode = engine.mode
     serving = mode == "live" or mode == "replay"
     flow: AsyncGenerator[Any, None] | None = None
+    stale: StaleHit | None = None
     if serving:
         flight = engine.streaming(key)
         if flight is None:
-            stored = await _lookup(engine, key, produce, inputs, rebuild, pace, freshness)
+            found = await _lookup(
+                engine, key, produce, inputs, rebuild, pace, freshness, max_chunks
+            )
+            stored = None
+            if isinstance(found, StaleHit):
+                stale = found
+                if mode == "replay" and stale.usable():
+                    # Nothing is computed in replay: the recording's stale-if-error answer.
+                    chunks = await _rebuilt(engine, key, engine.replayed(stale), rebuild)
+                    seconds = engine.seconds_of(key, stale.entry) if pace else 0.0
+                    stored = None if chunks is None else (chunks, seconds)
+            else:
+                stored = found
             if stored is not None:
                 chunks, seconds = stored
                 # Rebuilt already: a chunk that does not fit made the entry a miss.
@@ -127,7 +141,7 @@ async def cached_stream(
                         yield chunk
                 return
             if mode == "replay":
-                raise replay_miss(key, inputs)
+                raise await engine.refusal(key, inputs)
             # An identical stream may have taken off while the store answered.
             flight = engine.streaming(key)
         if flight is not None:
@@ -143,46 +157,18 @@ async def cached_stream(
             max_chunks,
             listed=serving and engine.coalesce,
             freshness=freshness,
+            stale=stale,
         )
     async with aclosing(flow):
         async for chunk in flow:
             yield chunk if rebuild is None else rebuild(chunk)
 
 
-async def _lookup(
-    engine: Engine,
-    key: bytes,
-    produce: Produce,
-    inputs: Any,
-    rebuild: Callable[[Any], Any] | None,
-    pace: bool,
-    freshness: Freshness | None = None,
-) -> tuple[list[Any], float] | None:
-    """The stored chunks under ``key`` (a hit, counted, maybe audited) and the seconds
-    the stream took (``pace`` only), or ``None``."""
-    seconds = 0.0
-    if pace:
-        decoded = await engine.lookup(key)
-        value = MISS if decoded is None else decoded.value
-        seconds = 0.0 if decoded is None else decoded.compute_seconds
-    else:
-
-        async def recompute() -> list[Any]:
-            # An audit compares the whole stream: the chunks, not their timing.
-            async with aclosing(_bare(produce)) as fresh:
-                return [chunk async for chunk in fresh]
-
-        value = await engine.fetch(
-            key, recompute=recompute if engine.sampler is not None else None, inputs=inputs
-        )
-        if isinstance(value, StaleHit):
-            if not value.revalidate:
-                return None  # within stale-if-error only: computed afresh, as a miss
-            # Served at once; one refresh collects the whole stream and replaces it.
-            with _own(freshness):  # the refresh's task starts here, with its settings
-                value = engine.serve_stale(key, value, recompute, inputs)
-    if value is MISS:
-        return None
+async def _rebuilt(
+    engine: Engine, key: bytes, value: Any, rebuild: Callable[[Any], Any] | None
+) -> list[Any] | None:
+    """A stored decision's chunks, rebuilt into the caller's type; ``None`` (the entry
+    counted as corrupt and dropped) when it is not a stream or a chunk does not fit."""
     try:
         if type(value) is not list:
             raise DecodeError("the stored decision is not a stream of chunks")
@@ -194,7 +180,72 @@ async def _lookup(
     except DecodeError as exc:
         await engine.discard_corrupt(key, exc)
         return None
-    return value, seconds
+    chunks: list[Any] = value
+    return chunks
+
+
+async def _lookup(
+    engine: Engine,
+    key: bytes,
+    produce: Produce,
+    inputs: Any,
+    rebuild: Callable[[Any], Any] | None,
+    pace: bool,
+    freshness: Freshness | None = None,
+    max_chunks: int = 10_000,
+) -> tuple[list[Any], float] | StaleHit | None:
+    """The stored chunks under ``key`` (a hit, counted, maybe audited) and the seconds
+    the stream took (``pace`` only); the ``StaleHit`` within its stale-if-error window
+    (computed as a miss that replaces it, and falls back on it); or ``None``.
+
+    The read and decide steps are the engine's (``Engine.read``, ``Engine.decide``), as
+    for every door: a stale entry is served and refreshed once, paced or not.
+    """
+    entry = await engine.read(key)
+    if entry is None:
+        return None
+    audit = None if engine.sampler is None else _collect(engine, produce, max_chunks)
+    value = await engine.decide(key, entry, inputs, audit)
+    if type(value) is StaleHit:
+        if not value.revalidate:
+            return value
+        # Served at once; one refresh collects the whole stream (bounded as a miss is)
+        # from the inputs as they are now, and replaces it.
+        refresh = _collect(engine, detached(produce), max_chunks)
+        with _own(freshness):  # the refresh's task starts here, with its settings
+            value = engine.serve_stale(key, value, refresh, inputs)
+    if value is MISS:
+        return None
+    chunks = await _rebuilt(engine, key, value, rebuild)
+    if chunks is None:
+        return None
+    return chunks, engine.seconds_of(key, entry) if pace else 0.0
+
+
+def _collect(engine: Engine, produce: Produce, max_chunks: int) -> Callable[[], Awaitable[Any]]:
+    """A whole run of the stream for no reader (an audit, a refresh): its chunks, copied
+    as they are yielded; past ``max_chunks`` or ``max_entry_bytes`` the generator is
+    stopped and nothing is stored (``Unshared``), so memory stays bounded as on a miss."""
+
+    async def collect() -> Any:
+        chunks: list[Any] = []
+        size = 0
+        async with aclosing(_bare(produce)) as fresh:
+            async for chunk in fresh:
+                chunks.append(_kept(chunk))
+                size += chunk_bytes(chunk)
+                if len(chunks) > max_chunks or size > engine.max_entry_bytes:
+                    engine.stats.too_large += 1
+                    return Unshared(None)
+        return chunks
+
+    return collect
+
+
+def _kept(chunk: Any) -> Any:
+    """What is kept of a yielded chunk: a copy, unless it cannot change (a generator
+    may refill one buffer and yield it again)."""
+    return chunk if type(chunk) in _IMMUTABLE else copy_for_caller(chunk)
 
 
 async def _replay(engine: Engine, chunks: list[Any], seconds: float) -> AsyncGenerator[Any, None]:
@@ -207,19 +258,8 @@ async def _replay(engine: Engine, chunks: list[Any], seconds: float) -> AsyncGen
             due += step
             ahead = due - time.perf_counter()
             if ahead > 0:
-                await _sleep(ahead)
+                await sleep(ahead)
         yield chunk
-
-
-async def _sleep(seconds: float) -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # trio
-        import trio
-
-        await trio.sleep(seconds)
-        return
-    await asyncio.sleep(seconds)
 
 
 async def _bare(produce: Produce) -> AsyncGenerator[Any, None]:
@@ -271,8 +311,13 @@ async def _lead(
     *,
     listed: bool,
     freshness: Freshness | None = None,
+    stale: StaleHit | None = None,
 ) -> AsyncGenerator[Any, None]:
-    """Start the stream's computation and read it as its first caller."""
+    """Start the stream's computation and read it as its first caller.
+
+    ``stale``: the entry found within its stale-if-error window: the stream replaces
+    it, and if the generator fails before its first chunk, its chunks are the answer.
+    """
     framing = ChunkFraming()
     # Past max_chunks chunks the stream stops being kept (the piece that ends a stream of
     # exactly max_chunks comes after its decision was taken).
@@ -285,7 +330,7 @@ async def _lead(
         return await _generate(engine, broadcast, produce)
 
     with _own(freshness):  # the tasks started here store with the function's settings
-        _start(engine, key, broadcast, compute, inputs, listed=listed)
+        _start(engine, key, broadcast, compute, inputs, listed=listed, stale=stale)
     async with aclosing(_read(broadcast, reader)) as chunks:
         async for chunk in chunks:
             yield chunk
@@ -302,6 +347,7 @@ def _start(
     inputs: Any,
     *,
     listed: bool,
+    stale: StaleHit | None = None,
 ) -> None:
     """Start the stream's computation: a task that hands its decision to the readers."""
     outcome: Awaitable[Any]
@@ -309,9 +355,12 @@ def _start(
         # Taken off before this caller first awaits, so that an identical caller that
         # runs next finds the stream on the flight and reads it live.
         engine.stats.misses += 1
-        outcome = _landed(engine.take_off(key, compute, inputs, stream=broadcast))
-    elif listed:
-        outcome = engine.miss(key, compute, inputs, stream=broadcast)  # a flight not shared live
+        replacing = None if stale is None else stale.entry.value
+        flight = engine.take_off(key, compute, inputs, stream=broadcast, replacing=replacing)
+        outcome = _landed(engine, flight, broadcast, stale)
+    elif listed or stale is not None:
+        # A flight not shared live, or a stream that may fall back on its stale chunks.
+        outcome = engine.miss(key, compute, inputs, stream=broadcast, stale=stale)
     elif engine.mode == "live" or engine.mode == "replay":
         outcome = engine.compute(key, compute, inputs)  # coalesce=False
     else:
@@ -335,9 +384,19 @@ def _own(freshness: Freshness | None) -> Iterator[None]:
         overridden.reset(token)
 
 
-async def _landed(flight: Flight[Any]) -> Any:
+async def _landed(
+    engine: Engine, flight: Flight[Any], broadcast: Broadcast, stale: StaleHit | None
+) -> Any:
+    """The flight's decision; a failure before the first chunk within stale-if-error is
+    answered with the stale chunks (as ``Engine.miss`` answers a plain function's)."""
     await flight.done.wait()
-    return flight.outcome()
+    try:
+        return flight.outcome()
+    except Exception:
+        if stale is None or not stale.usable() or broadcast.base or broadcast.messages:
+            raise
+        engine.stats.stale_if_error_hits += 1
+        return stale.value
 
 
 async def _run(engine: Engine, broadcast: Broadcast, outcome: Awaitable[Any]) -> None:
@@ -367,7 +426,8 @@ async def _generate(engine: Engine, broadcast: Broadcast, produce: Produce) -> A
         async with aclosing(_bare(produce)) as chunks:
             async for chunk in chunks:
                 stats.stream_chunks += 1
-                await broadcast.push(chunk, chunk_bytes(chunk))
+                # Kept as it was yielded: a generator may refill one buffer each time.
+                await broadcast.push(_kept(chunk), chunk_bytes(chunk))
     if stopping.stopped:
         raise OSError("nobody reads the stream any more")  # trio: the scope caught it
     kept = broadcast.keep
@@ -396,9 +456,9 @@ class _Abortable:
         if task is not None:
             self._framing.abort = task.cancel
             return self
-        import trio
+        import anyio  # here: only a loop other than asyncio's gets this far
 
-        self._scope = trio.CancelScope()
+        self._scope = anyio.CancelScope()
         self._scope.__enter__()
         self._framing.abort = self._scope.cancel
         return self

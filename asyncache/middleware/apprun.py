@@ -27,6 +27,7 @@ from ..engine import (
     new_event,
     overridden,
     spawn,
+    unwrap,
 )
 from .capture import ResponseCapture, response_broadcast
 from .freshness import Freshness as HttpFreshness
@@ -177,6 +178,19 @@ class AppRunner:
                 self.settings.remember_pass(self.key)
             run.settle(Unshared(None))
             return
+        kept = self._kept(response)
+        if type(kept) is Unshared:
+            run.settle(kept)
+            return
+        run.stored = unwrap(kept)
+        self.settings.end_pass(self.key)  # a storable answer ends hit-for-pass
+        run.freshness = self._freshness(freshness(response.headers, time.time()))
+        run.settle(kept)
+
+    def _kept(self, response: StoredResponse) -> Any:
+        """What the engine stores of a complete response: its stored form, as ``Fresh``
+        when it gives its own lifetime (kept for what is left of it); ``Unshared(None)``
+        when it is invalid. A miss's run and a refresh keep a response alike."""
         head = self.inputs[0] == "HEAD"
         now = time.time()
         seen = freshness(response.headers, now)
@@ -190,13 +204,9 @@ class AppRunner:
         )
         invalid = invalid_reason(value, head=head)
         if invalid is not None:
-            stats.not_admitted(f"invalid_{invalid}")
-            run.settle(Unshared(None))
-            return
-        run.stored = value
-        run.freshness = self._freshness(seen)
-        # A response that gives its own lifetime is kept for what is left of it.
-        run.settle(value if left is None else Fresh(value, left))
+            self.settings.stats.not_admitted(f"invalid_{invalid}")
+            return Unshared(None)
+        return value if left is None else Fresh(value, left)
 
     async def release(self, decision: Any) -> None:
         """Send the response the run holds: ``decision`` (what the store kept) or its own.
@@ -226,6 +236,11 @@ class AppRunner:
         settings = self.settings
         chosen = settings.freshness
         revalidate, if_error = seen.stale_while_revalidate, seen.stale_if_error
+        if seen.revalidate:
+            # must-revalidate and its kin: never served stale, so kept for no window.
+            return (chosen or settings.engine.freshness)._replace(
+                stale_while_revalidate=0.0, stale_if_error=0.0
+            )
         if revalidate is None and if_error is None:
             return chosen
         policy = chosen or settings.engine.freshness
@@ -238,11 +253,49 @@ class AppRunner:
             else min(if_error, policy.stale_if_error),
         )
 
+    async def refresh(self) -> Any:
+        """Run the app again in the background for a stale-while-revalidate refresh.
+
+        Its response is kept as a miss's is (``_kept``: its own lifetime, its
+        ``Age``, the route's windows, never stale when it forbids it). One that
+        may not be stored (private, ``no-store``, a ``4xx``...) is
+        ``Unshared``, which ends the stale entry (``Engine.serve_stale``).
+
+        Raises:
+            FailedAnswer: the app failed (raised, or answered a ``5xx``): the stale
+                response serves on within its stale-if-error window.
+        """
+        response, reason = await self._rerun()
+        if response is None:
+            self.settings.stats.not_admitted(reason or "refused")
+            if reason == "failure":
+                raise FailedAnswer(reason)
+            return Unshared(None)
+        kept = self._kept(response)
+        if type(kept) is not Unshared:
+            policy = self._freshness(freshness(response.headers, time.time()))
+            if policy is not None:
+                # The store write that follows, in this same task, keeps the entry this long.
+                overridden.set(policy)
+        return kept
+
     async def recompute(self) -> Any:
         """Run the app again in the background for an audit; its response goes nowhere.
 
         Raises:
             ValueError: the fresh response may not be stored, so it cannot be compared.
+        """
+        response, reason = await self._rerun()
+        if response is None:
+            raise ValueError(f"the fresh response may not be stored ({reason})")
+        return to_value(response, self.settings.headers.names, head=self.inputs[0] == "HEAD")
+
+    async def _rerun(self) -> tuple[StoredResponse | None, str | None]:
+        """Run the app again for no client: its complete response, or why it may not be
+        stored.
+
+        Raises:
+            ValueError: the app ended without a whole response.
         """
         settings = self.settings
         done: list[tuple[StoredResponse | None, str | None]] = []
@@ -269,10 +322,7 @@ class AppRunner:
                 raise  # otherwise: nobody reads a response that will not be stored
         if not done:
             raise ValueError("the app ended without a whole response")
-        response, reason = done[0]
-        if response is None:
-            raise ValueError(f"the fresh response may not be stored ({reason})")
-        return to_value(response, settings.headers.names, head=self.inputs[0] == "HEAD")
+        return done[0]
 
 
 class LeaderReceive:

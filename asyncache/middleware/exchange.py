@@ -130,14 +130,14 @@ class Exchange:
         settings = self.settings
         engine = settings.engine
         serving = engine.mode == "live" or engine.mode == "replay"
-        if engine.mode == "live" and settings.passes and settings.passing(self.key):
-            # Hit-for-pass: the last answer could not be shared, so this request does not
-            # queue behind another run; it runs the app at once, on its own (a miss whose
-            # answer is still stored if it may be, which ends the pass).
+        # Hit-for-pass: the last answer could not be shared, so this request does not
+        # queue behind another run; on a miss it runs the app at once, on its own (its
+        # answer is stored if it may be, which ends the pass). What the store holds still
+        # answers it, and a stale answer still stands in for a failed run.
+        passing = engine.mode == "live" and bool(settings.passes) and settings.passing(self.key)
+        if passing:
             engine.stats.passes += 1
-            await self.lead(None, listed=False)
-            return
-        while serving:
+        while serving and not passing:
             flight = engine.streaming(self.key)
             if flight is None:
                 break
@@ -164,7 +164,7 @@ class Exchange:
                     # Served at once; the app runs once in the background, for no client,
                     # and its response replaces this one if it may be stored.
                     self.source = "stale"
-                    refresh = self._runner().recompute
+                    refresh = self._runner().refresh
                     await self.answer(
                         engine.serve_stale(self.key, value, refresh, self.inputs_made())
                     )
@@ -175,9 +175,13 @@ class Exchange:
                 await self.answer(value)
                 return
             if engine.mode == "replay":
+                if stale is not None and stale.usable():
+                    self.source = "stale"
+                    await self.answer(engine.replayed(stale))
+                    return
                 await self.refuse_in_replay(await engine.refusal(self.key, self.inputs_made()))
                 return
-        await self.lead(runner, listed=serving and engine.coalesce, stale=stale)
+        await self.lead(runner, listed=serving and engine.coalesce and not passing, stale=stale)
 
     def inputs_made(self) -> list[Any]:
         """The canonical request, for the ttl and admit hooks and audits: made once, on need."""
@@ -343,7 +347,7 @@ class Exchange:
         broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=listed)
         runner = runner or self._runner()
         runner.broadcast = broadcast
-        runner.fallback = listed and stale is not None
+        runner.fallback = stale is not None
         reader = broadcast.join(owner=True)
         spawn(self._produce(runner, broadcast, listed, stale))
         # Whatever the app sends, from its first message on (an extension's message may
@@ -396,7 +400,7 @@ class Exchange:
                 # A request released from another run, one that waited too long, or a
                 # cache that does not coalesce: this request's own run.
                 value = await engine.compute(
-                    self.key, runner.compute, self.inputs_made(), self.told
+                    self.key, runner.compute, self.inputs_made(), self.told, stale=stale
                 )
             else:
                 # shadow, record: the engine decides what is computed, compared and stored.

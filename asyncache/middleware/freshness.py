@@ -93,6 +93,9 @@ class Freshness(NamedTuple):
     age: float
     stale_while_revalidate: float | None = None
     stale_if_error: float | None = None
+    revalidate: bool = False
+    """``must-revalidate``, ``proxy-revalidate``, ``s-maxage`` or ``no-cache``: never
+    served stale (RFC 9111 4.2.4, 5.2.2), whatever the windows."""
 
 
 def freshness(headers: Headers, now: float) -> Freshness:
@@ -135,7 +138,12 @@ def freshness(headers: Headers, now: float) -> Freshness:
         age,
         _window(directives, "stale-while-revalidate"),
         _window(directives, "stale-if-error"),
+        not _NEVER_STALE.isdisjoint(directives),
     )
+
+
+# The directives that forbid a shared cache to serve a response once it is stale.
+_NEVER_STALE = frozenset({"must-revalidate", "proxy-revalidate", "s-maxage", "no-cache"})
 
 
 def _window(directives: dict[str, str | None], name: str) -> float | None:

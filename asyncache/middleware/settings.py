@@ -163,12 +163,19 @@ class ExchangeSettings:
             return
         passes = self.passes
         now = time.monotonic()
+        if passes.get(key, 0.0) > now:
+            return  # a client refused again within the pass does not renew it for others
         if len(passes) >= MAX_PASSES:
             for old in [k for k, until in passes.items() if until <= now]:
                 del passes[old]
             if len(passes) >= MAX_PASSES:
                 passes.clear()
         passes[key] = now + self.pass_ttl
+
+    def end_pass(self, key: bytes) -> None:
+        """An answer under ``key`` may be stored: identical requests share runs again."""
+        if self.passes:
+            self.passes.pop(key, None)
 
     def passing(self, key: bytes) -> bool:
         """Whether ``key``'s last answer was uncacheable less than ``pass_ttl`` ago."""

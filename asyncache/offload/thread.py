@@ -86,12 +86,11 @@ class ThreadOffload(PoolBase):
             OffloadError: the pool is closed.
         """
         self._check_open()
-        loop = asyncio.get_running_loop()
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         self._submitted += 1
         self._running += 1
         try:
-            return await loop.run_in_executor(self._pool(), call)
+            return await _on_pool(self._pool(), call)
         finally:
             self._running -= 1
 
@@ -110,3 +109,15 @@ class ThreadOffload(PoolBase):
             executor, self._executor = self._executor, None
         if executor is not None:
             await off_loop(executor.shutdown, "asyncache-thread-close")
+
+
+async def _on_pool(pool: ThreadPoolExecutor, call: Callable[[], R]) -> R:
+    """``call()`` on a thread of ``pool``, awaited on whichever loop runs: asyncio's
+    ``run_in_executor``, or (trio) the pool's future awaited through anyio."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        import anyio.to_thread  # here: only a loop other than asyncio's gets this far
+
+        return await anyio.to_thread.run_sync(pool.submit(call).result)
+    return await loop.run_in_executor(pool, call)

@@ -631,3 +631,94 @@ async def test_a_stale_stream_is_replayed_at_once_and_refreshed_once(whose: str)
 
 async def _collect(stream: AsyncIterator[int]) -> list[int]:
     return [chunk async for chunk in stream]
+
+
+@pytest.mark.parametrize("buffer", ["bytearray", "numpy"])
+async def test_a_stream_that_refills_one_buffer_is_stored_as_yielded(
+    store_url: str, buffer: str
+) -> None:
+    # Issue 33 item 3: a generator that refills one buffer and yields it each time. Chunks
+    # are kept as they were yielded, not by reference: every later hit and every follower
+    # get [0, 1, 2, 3, 4], not five copies of the last fill.
+    gate = asyncio.Event()
+
+    async with _cache(store_url, ttl=3600) as cache:
+
+        @cached_prediction(cache, namespace="refilled")
+        async def fills(n: int) -> AsyncIterator[Any]:
+            data: Any = bytearray(4) if buffer == "bytearray" else np.zeros(4, dtype=np.int64)
+            for i in range(n):
+                data[:] = [i] * 4 if buffer == "bytearray" else np.full(4, i)
+                yield data
+                if i == 0:
+                    await gate.wait()  # a follower joins after the first chunk
+
+        def firsts(chunks: list[Any]) -> list[int]:
+            return [int(chunk[0]) for chunk in chunks]
+
+        leader = Reader(fills(5))
+        await until(lambda: len(leader.got) >= 1)
+        follower = Reader(fills(5))
+        await asyncio.sleep(0.01)
+        gate.set()
+        await leader.task
+        await follower.task
+        # The leader's own chunks are the generator's buffer: it reads each as yielded.
+        assert firsts(follower.got) == [0, 1, 2, 3, 4]
+        await until(lambda: cache.stats()["stores"] == 1)
+        for _ in range(2):
+            assert firsts(await _all(fills(5))) == [0, 1, 2, 3, 4]
+
+
+async def test_a_stream_refresh_keeps_the_bounds_of_a_miss() -> None:
+    # Issue 31 finding 7: a refresh stored 50 chunks past max_chunks=10 (and collected a
+    # whole long stream in memory). A refresh is bounded as a miss is: past max_chunks
+    # the generator is stopped and nothing is stored. What may not be stored ends the
+    # stale entry (as a refresh answered no-store does): the next call streams live.
+    cache = DecisionCache(open_store("memory://"), ttl=0.2, stale_while_revalidate=60)
+    length = 5
+    produced = 0
+
+    @cached_prediction(cache, max_chunks=10)
+    async def count(x: int) -> AsyncIterator[int]:
+        nonlocal produced
+        for i in range(length):
+            produced += 1
+            yield x + i
+
+    assert await _all(count(1)) == [1, 2, 3, 4, 5]
+    await asyncio.sleep(0.3)
+    length = 50
+    produced = 0
+    assert await _all(count(1)) == [1, 2, 3, 4, 5]  # stale, and one refresh
+    await until(lambda: cache.stats()["refreshes"] == 1 and not cache.engine.flights.keys())
+    assert produced <= 11, "the refresh stopped the generator past max_chunks"
+    assert cache.stats()["stores"] == 1, "nothing stored past max_chunks"
+    assert await _all(count(1)) == list(range(1, 51))
+    assert cache.stats()["stores"] == 1
+    await cache.aclose()
+
+
+async def test_replay_of_a_stream_says_why_as_a_single_call_does(tmp_path: Path) -> None:
+    # Issue 31 finding 9: the stream door said "not recorded" for an expired recording
+    # and for a missing file, where single calls say "expired" and "store unreadable".
+    path = tmp_path / "recording.db"
+    recording = DecisionCache(open_store(f"sqlite:///{path}"), mode="record", ttl=0.05)
+    model = Gated()
+    model.open(len(WORDS))
+    assert await _all(_tokens(recording, model)("soon expired")) == WORDS
+    await recording.aclose()
+    await recording.store.aclose()
+    await asyncio.sleep(0.1)
+    async with DecisionCache(open_store(f"sqlite:///{path}"), mode="replay") as replaying:
+        with pytest.raises(ReplayMiss) as expired:
+            await _all(_tokens(replaying, model)("soon expired"))
+        assert expired.value.reason == "expired"
+        await replaying.store.aclose()
+    gone = tmp_path / "no such recording.db"
+    async with DecisionCache(open_store(f"sqlite:///{gone}"), mode="replay") as replaying:
+        with pytest.raises(ReplayMiss) as unreadable:
+            await _all(_tokens(replaying, model)("anything"))
+        assert unreadable.value.reason == "store unreadable"
+        await replaying.store.aclose()
+    assert model.runs == 1

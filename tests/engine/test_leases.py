@@ -22,6 +22,7 @@ from asyncache.stores.tiered import TieredStore
 
 from ..servers import RedisServer
 from ..support import GENEROUS_REDIS_TIMEOUTS, until
+from ..support.stores import live_leases
 
 ROOT = Path(__file__).resolve().parents[2]
 # A hang guard for child processes, never a timing assertion.
@@ -434,3 +435,151 @@ async def test_a_live_owner_keeps_its_lease_and_a_killed_one_costs_about_a_lease
         # without renewals it lived the whole old default of 10 s.
         assert answered_after < 3 * cache.lease_ttl, answered_after
     await asyncio.to_thread(owner.communicate)
+
+
+# -- a released lease stays released (issue 33.1) -----------------------------
+
+
+def _renewals_alive() -> list[asyncio.Task[Any]]:
+    """This loop's lease renewal tasks that have not ended."""
+    return [
+        task
+        for task in asyncio.all_tasks()
+        if not task.done() and "Leases._renew" in repr(task.get_coro())
+    ]
+
+
+def _lose_renewal_cancellations(store: Any) -> asyncio.Event:
+    """Make ``store``'s lease renewals lose a cancellation, as 3.11's ``asyncio.wait_for`` does.
+
+    A fault no server produces on demand: on Python 3.11 ``wait_for`` (which
+    redis-py wraps a command in when ``socket_timeout`` is set) returns the
+    reply and drops a cancellation that lands as the reply arrives. Here every
+    renewal (a lease step by a token that already holds the key) swallows a
+    cancellation that lands while it is in flight, then sends its command, on
+    every Python. Returns an event set once a renewal is in flight.
+    """
+    renewing = asyncio.Event()
+    holders: set[tuple[bytes, bytes]] = set()
+    for name in ("acquire_lease", "renew_lease"):
+        sent = getattr(store, name, None)
+        if sent is None:
+            continue
+
+        async def step(key: bytes, token: bytes, ttl: float, sent: Any = sent) -> Any:
+            if (key, token) not in holders:  # taking the lease: as the store does it
+                taken = await sent(key, token, ttl)
+                if taken:
+                    holders.add((key, token))
+                return taken
+            renewing.set()
+            try:
+                await asyncio.sleep(0.05)  # the reply on its way...
+            except asyncio.CancelledError:
+                pass  # ...arrives as the cancellation lands: the reply wins, the cancel is lost
+            return await sent(key, token, ttl)
+
+        setattr(store, name, step)
+    return renewing
+
+
+async def test_a_renewal_that_loses_its_cancellation_stops_at_the_release(
+    store_url: str,
+) -> None:
+    """The release ends the renewal for certain, and nothing renews the lease after it."""
+    store = open_store(store_url)
+    renewing = _lose_renewal_cancellations(store)
+    async with DecisionCache(
+        store, leases=True, lease_ttl=0.3, store_timeout=STORE_TIMEOUT
+    ) as cache:
+
+        @cached_prediction(cache, namespace="predict")
+        async def predict(x: int) -> int:
+            # Returns (and so releases) while a renewal is in flight.
+            await asyncio.wait_for(renewing.wait(), WAIT_TIMEOUT)
+            return x
+
+        assert await predict(1) == 1
+        # Before: the renewal lost the release's cancellation and kept looping.
+        assert _renewals_alive() == []
+        # And the lease is gone: nothing renewed (or re-took) it after the release.
+        await asyncio.sleep(3 * cache.lease_ttl)
+        key = predict.key(1)
+        assert await store.acquire_lease(key, b"someone-else", 30.0)  # type: ignore[attr-defined]
+        await store.release_lease(key, b"someone-else")  # type: ignore[attr-defined]
+
+
+async def test_releasing_twice_is_harmless(store_url: str) -> None:
+    async with _cache(store_url, lease_ttl=0.3) as cache:
+        leases = cache.engine.leases
+        assert leases is not None
+        start = await leases.begin(b"k")
+        assert start.token is not None
+        await leases.finish(b"k", start.token)
+        await leases.finish(b"k", start.token)
+        assert _renewals_alive() == []
+        # Released: another token takes it at once.
+        store = cache.store
+        assert await store.acquire_lease(b"k", b"other", 30.0)  # type: ignore[attr-defined]
+        # Our old token's release does not drop another holder's lease.
+        await leases.finish(b"k", start.token)
+        assert not await store.acquire_lease(b"k", b"third", 30.0)  # type: ignore[attr-defined]
+        await store.release_lease(b"k", b"other")  # type: ignore[attr-defined]
+
+
+async def test_a_redis_renewal_never_takes_a_lease_its_token_no_longer_holds(
+    redis_url: str, redis_prefix: str
+) -> None:
+    pytest.importorskip("redis")
+    store = open_store(f"{redis_url}?prefix={redis_prefix}&{GENEROUS}")
+    try:
+        assert await store.acquire_lease(b"k", b"mine", 30.0)  # type: ignore[attr-defined]
+        assert await store.renew_lease(b"k", b"mine", 30.0)  # type: ignore[attr-defined]
+        await store.release_lease(b"k", b"mine")  # type: ignore[attr-defined]
+        # A renewal that crossed the release: no lease, and none made.
+        assert not await store.renew_lease(b"k", b"mine", 30.0)  # type: ignore[attr-defined]
+        assert await store.acquire_lease(b"k", b"other", 30.0)  # type: ignore[attr-defined]
+        # Nor does it extend another token's lease.
+        assert not await store.renew_lease(b"k", b"mine", 30.0)  # type: ignore[attr-defined]
+        await store.release_lease(b"k", b"other")  # type: ignore[attr-defined]
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.slow
+async def test_released_leases_stay_released_under_load(redis_url: str, redis_prefix: str) -> None:
+    """Issue 33's attack, scaled down: many leased flights whose models outlast a third
+    of the lease's ttl (so renewals are sent as flights end), on one redis-server.
+
+    Before (Python 3.11): leases still renewed after every flight had ended (3.11's
+    ``wait_for`` lost the release's cancellation), and their keys got no answer after
+    a clear. Redis-py's default ``socket_timeout`` path is the one that loses it.
+    """
+    pytest.importorskip("redis")
+    url = f"{redis_url}?prefix={redis_prefix}&{GENEROUS}"
+    keys = 600
+    async with DecisionCache(
+        open_store(url), leases=True, lease_ttl=0.3, store_timeout=STORE_TIMEOUT
+    ) as cache:
+
+        @cached_prediction(cache, namespace="slow")
+        async def slow(x: int) -> int:
+            await asyncio.sleep(0.1 + (x % 7) * 0.05)  # 0.1-0.4 s: past lease_ttl / 3
+            return x
+
+        await asyncio.gather(*(slow(i) for i in range(keys)))
+        await asyncio.sleep(3 * cache.lease_ttl)
+        assert len(_renewals_alive()) == 0
+        assert await live_leases(redis_url, redis_prefix) == 0
+        await cache.store.clear()
+
+        async def answered(x: int) -> bool:
+            try:
+                async with asyncio.timeout(WAIT_TIMEOUT):  # a hang guard, not a timing
+                    return await slow(x) == x
+            except TimeoutError:
+                return False
+
+        answers = await asyncio.gather(*(answered(i) for i in range(keys)))
+        assert answers.count(False) == 0
+        await cache.store.clear()

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,6 +34,7 @@ try:
     from redis.cluster import key_slot  # type: ignore[attr-defined]
 
     from asyncache.stores.redis import RedisStore
+    from asyncache.stores.redis.driver import BACKGROUND_REFRESH
     from asyncache.stores.redis.nodes import NODE_COOLDOWN, NODE_FAILURES
 except ImportError:  # pragma: no cover - depends on the environment
     if IN_CI:
@@ -42,6 +45,21 @@ PREFIX = "faults:"
 # Short, so that a stalled node's reads end soon; the engine's bound is longer,
 # so that what a test sees is the store's own per-node accounting.
 SOCKET_TIMEOUT = 0.5
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_old_clients_leak() -> Iterator[None]:
+    """Collect, without its warnings, what an older cluster client leaks in a stall.
+
+    redis-py before 8.2 replaces a stalled node's objects on a refresh and leaves
+    their busy connections to the garbage collector, which warns (an error under
+    this suite's ``filterwarnings``) in whichever later test it happens to run.
+    """
+    yield
+    if not BACKGROUND_REFRESH:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
 
 
 @pytest.fixture
@@ -105,7 +123,16 @@ async def split_by_node(
 
 KEYS = [b"%016d" % n for n in range(310)]
 
+ISOLATED = pytest.mark.skipif(
+    not BACKGROUND_REFRESH,
+    reason="a healthy node's commands outlast another node's stall from redis-py 8.2 on: "
+    "older cluster clients refresh (5.x: reconnect every node) inside commands "
+    "after a timeout or a lost connection (docs/stores.md)",
+)
+"""The tests of one node's fault leaving the other nodes' commands alone."""
 
+
+@ISOLATED
 async def test_gathered_gets_fail_only_for_the_stalled_node(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -143,6 +170,7 @@ def test_a_lease_key_hashes_to_its_decisions_slot() -> None:
     assert lease_name(b"p:", b"k", cluster=False) == b"p:lease:k"
 
 
+@ISOLATED
 async def test_a_healthy_nodes_get_never_waits_for_a_stalled_nodes_batch(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -166,6 +194,7 @@ async def test_a_healthy_nodes_get_never_waits_for_a_stalled_nodes_batch(
             assert all(isinstance(r, StoreError) for r in results)
 
 
+@ISOLATED
 async def test_gathered_adds_fail_only_for_the_stalled_node(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -274,6 +303,7 @@ async def test_a_stalled_node_fills_only_its_own_in_flight_slots(servers: Server
         await store.aclose()
 
 
+@ISOLATED
 async def test_a_topology_refresh_never_holds_a_healthy_nodes_command(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -298,6 +328,7 @@ async def test_a_topology_refresh_never_holds_a_healthy_nodes_command(
     assert slowest < SOCKET_TIMEOUT / 2, slowest
 
 
+@ISOLATED
 async def test_the_leases_of_a_healthy_primarys_keys_outlive_another_primarys_stall(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -341,6 +372,7 @@ async def test_a_timed_out_command_is_not_retried(servers: Servers, store: Redis
     assert attempts == [f"127.0.0.1:{victim.port}"]
 
 
+@ISOLATED
 async def test_the_cache_keeps_hitting_the_healthy_primaries(
     servers: Servers, store: RedisStore
 ) -> None:
@@ -425,6 +457,7 @@ async def _failover_cluster(tmp_path: Path) -> AsyncIterator[_Failover]:
         cluster.stop()
 
 
+@ISOLATED
 async def test_a_failover_costs_only_the_lost_primarys_keys_and_is_followed(
     tmp_path: Path,
 ) -> None:
@@ -486,3 +519,42 @@ async def _until_async(condition: Callable[[], bool]) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition never held"
         await asyncio.sleep(0.05)
+
+
+async def test_a_stalled_primarys_promotion_is_followed_while_it_is_still_stalled(
+    tmp_path: Path,
+) -> None:
+    """A primary that stalls (SIGSTOP, not killed) answers with timeouts: no MOVED, no
+    refused connection, so nothing told the client to learn the topology again, and
+    the stalled node's keys went unserved until it resumed, though its replica had
+    been promoted (issue 33.2: hits back at 15.25 s of a 15 s stall, the promotion
+    at 3.5-4 s). A node that times out makes the client ask the other nodes: its
+    keys are served by the promoted replica while the old primary is still stopped.
+    """
+    async with _failover_cluster(tmp_path) as (store, victim, replica, on, off):
+        client = store.client
+        assert isinstance(client, RedisCluster)
+        with stopped(victim):
+            # The stalled node's keys fail (each a timeout, then at once while it cools).
+            got = await asyncio.gather(*(store.get(k) for k in on), return_exceptions=True)
+            assert all(isinstance(g, StoreError) for g in got)
+            # Its replica is promoted (as the cluster does after cluster-node-timeout;
+            # TAKEOVER, because the stalled primary cannot agree to anything).
+            send_command(replica.port, "CLUSTER", "FAILOVER", "TAKEOVER")
+            await _until_async(lambda: _master_of(replica.port, replica.port))
+            deadline = time.monotonic() + 60  # a hang guard, never a timing assertion
+            while True:
+                assert time.monotonic() < deadline, "the promotion was never followed"
+                got = await asyncio.gather(*(store.get(k) for k in on), return_exceptions=True)
+                if all(not isinstance(g, BaseException) and g is not None for g in got):
+                    break
+                await asyncio.sleep(0.05)
+            # Served by the promoted replica, the old primary still stopped.
+            assert all(g.value == b"v" + k for g, k in zip(got, on, strict=True))  # type: ignore[union-attr]
+            owners = {
+                client.nodes_manager.get_node_from_slot(key_slot(PREFIX.encode() + k)).port
+                for k in on
+            }
+            assert owners == {replica.port}
+            # The other primaries' keys were never lost.
+            assert all(v is not None for v in await store.get_many(off))

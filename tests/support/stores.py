@@ -53,3 +53,18 @@ async def command_calls(*clients: Redis) -> dict[str, int]:
             command = name.removeprefix("cmdstat_")
             totals[command] = totals.get(command, 0) + stat["calls"]
     return totals
+
+
+async def live_leases(url: str, prefix: str) -> int:
+    """Lease keys under ``prefix`` that the Redis at ``url`` keeps with a time left."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url)
+    try:
+        live = 0
+        async for name in client.scan_iter(match=f"{prefix}lease:*", count=1000):
+            if await client.pttl(name) > 0:
+                live += 1
+        return live
+    finally:
+        await client.aclose()

@@ -19,6 +19,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from ...errors import StoreError
+from .driver import open_pubsub
 from .gate import Gate
 from .layout import LEASE
 from .url import Client
@@ -159,7 +160,7 @@ class Listener:
             confirmed = False
             try:
                 await self.gate.ensure_ready()
-                pubsub = self.client.pubsub()
+                pubsub = open_pubsub(self.client)
                 await pubsub.subscribe(*self.handlers)
                 await self._confirmed(pubsub)
                 confirmed = True

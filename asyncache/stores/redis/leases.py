@@ -28,7 +28,7 @@ from ..protocol import Entry
 from .gate import Gate
 from .layout import RELEASED, lease_is_live, lease_name, lease_value, unpack
 from .nodes import NodeHealth, on_node
-from .scripts import ACQUIRE, RELEASE
+from .scripts import ACQUIRE, RELEASE, RENEW_LEASE
 from .url import Client
 
 __all__ = ["LeaseKeys"]
@@ -81,6 +81,7 @@ class LeaseKeys:
         self.counters = counters
         self.acquire_script = client.register_script(ACQUIRE)
         self.release_script = client.register_script(RELEASE)
+        self.renew_script = client.register_script(RENEW_LEASE)
         self.waiters: dict[bytes, set[asyncio.Event]] = {}
         """The events of the callers waiting on each key."""
         self.closed = False
@@ -100,6 +101,15 @@ class LeaseKeys:
             name, lambda: self.acquire_script(keys=[name], args=[lease_value(token, ms), ms, token])
         )
         return bool(taken)
+
+    async def renew(self, key: bytes, token: bytes, ttl: float) -> bool:
+        """Extend the lease on ``key`` to ``ttl`` seconds from now if ``token`` still holds it."""
+        ms = max(1, math.ceil(ttl * 1000))
+        name = self.lease_name(key)
+        kept = await self.step(
+            name, lambda: self.renew_script(keys=[name], args=[lease_value(token, ms), ms, token])
+        )
+        return bool(kept)
 
     async def release(self, key: bytes, token: bytes) -> None:
         """Drop the lease if ``token`` still holds it, and wake whoever waits on ``key``."""

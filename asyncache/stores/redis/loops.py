@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 from ...errors import ConfigurationError, StoreError
 from .batches import Batcher
 from .channels import Handler, Invalidations, Listener
+from .driver import take_connection
 from .gate import Gate, check_limit
 from .layout import INVALIDATED, RELEASED
 from .leases import LeaseKeys
@@ -293,7 +294,7 @@ class Bound:
         try:
             held = self._held
             if held is None:
-                held = self._held = await self._pool.get_connection()
+                held = self._held = await take_connection(self._pool)
             return await held.retry.call_with_retry(  # type: ignore[no-any-return]
                 lambda: self._get_on(held, name), lambda _: held.disconnect()
             )

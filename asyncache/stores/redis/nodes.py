@@ -27,6 +27,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import StoreError
+from .driver import ask_for_refresh, refresh_if_due
 from .gate import DRIVER_ERRORS, Gate, store_error
 
 T = TypeVar("T")
@@ -49,7 +50,7 @@ NODE_COOLDOWN = 0.25
 
 Short, so that a node that recovers (or whose slots moved to a promoted
 replica, which the client learns within its topology refresh interval:
-``url.TOPOLOGY_REFRESH``) serves again within a fraction of a second. While
+``driver.TOPOLOGY_REFRESH``) serves again within a fraction of a second. While
 the probe is out, every other request for the node's keys still fails at
 once: one probe per cooling node, not one per caller.
 """
@@ -160,10 +161,13 @@ async def _read_node(
 ) -> list[bytes | None] | StoreError:
     """The values of ``names`` (all on ``node``), or the error that node failed with."""
     # One MGET per slot, pipelined to the node (a redirection still followed).
-    return await _node_call(node, timeout, health, gate, lambda: client.mget_nonatomic(names))
+    return await _node_call(
+        client, node, timeout, health, gate, lambda: client.mget_nonatomic(names)
+    )
 
 
 async def _node_call(
+    client: RedisCluster,
     node: str,
     timeout: float | None,  # noqa: ASYNC109
     health: NodeHealth,
@@ -171,35 +175,28 @@ async def _node_call(
     send: Callable[[], Awaitable[Sequence[Any]]],
 ) -> list[Any] | StoreError:
     """``send()``'s replies (a request to ``node``, in a slot of its gate, within
-    ``timeout``), or the error it failed with; counted in ``node``'s health."""
+    ``timeout``), or the error it failed with; counted in ``node``'s health.
+
+    A node that fails, or is left alone while it cools, has the client learn the
+    topology again from the other nodes (``driver.ask_for_refresh``): a stalled
+    primary's replica may have been promoted.
+    """
     if health.cooling(node, timeout):
+        ask_for_refresh(client, node)
         return _skipped(node)
     try:
         async with asyncio.timeout(timeout), _slot(gate):
             replies = await send()
     except TimeoutError:
         health.failed(node)
+        ask_for_refresh(client, node)
         return StoreError(f"redis: node {node} timed out after {timeout}s", shard=node)
     except (*DRIVER_ERRORS, StoreError) as exc:
         health.failed(node)
+        ask_for_refresh(client, node)
         return exc if isinstance(exc, StoreError) else store_error(exc, shard=node)
     health.succeeded(node)
     return list(replies)
-
-
-async def refresh_if_due(client: RedisCluster) -> None:
-    """Run the topology refresh an error asked for (a failover), once, if it is due.
-
-    Outside every node's timeout: run inside one node's request, it would count
-    against that (healthy) node. It never raises; it keeps the current topology
-    when it reaches no node.
-    """
-    due = getattr(client, "_initialize_due", None)
-    if due is not None and due():
-        try:
-            await client.initialize()
-        except DRIVER_ERRORS:
-            pass
 
 
 def node_of(client: RedisCluster, name: bytes) -> str:
@@ -274,7 +271,7 @@ async def _write_node(
     pipe = client.pipeline()
     for args, options in commands:
         pipe.execute_command(*args, **options)
-    return await _node_call(node, timeout, health, gate, pipe.execute)
+    return await _node_call(client, node, timeout, health, gate, pipe.execute)
 
 
 async def on_node(
@@ -296,12 +293,14 @@ async def on_node(
     """
     node = node_of(client, name)
     if health.cooling(node, timeout):
+        ask_for_refresh(client, node)
         raise _skipped(node)
     try:
         async with _slot(gates(node)):
             result = await send()
     except DRIVER_ERRORS as exc:
         health.failed(node)
+        ask_for_refresh(client, node)
         raise store_error(exc, shard=node) from exc
     health.succeeded(node)
     return result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "DELETE", "RELEASE", "RENEW", "REPLACE", "SWAP"]
+__all__ = ["ACQUIRE", "DELETE", "RELEASE", "RENEW", "RENEW_LEASE", "REPLACE", "SWAP"]
 
 RENEW = """
 local head = redis.call('GETRANGE', KEYS[1], 0, 8)
@@ -79,6 +79,21 @@ short: a dead owner's lease ends soon, a live one's never. A lease is live
 only while Redis's expiry is within the ttl written in it
 (``layout.lease_is_live``): one without an expiry, or with a longer one, or a
 value that is no lease at all (written by something else) is dead and taken.
+ARGV: the lease's value, its ttl in ms, the token.
+"""
+
+RENEW_LEASE = """
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, (string.find(held, ':', 1, true) or 0) + 1) == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+"""Extend a lease that ``token`` still holds (by the token after its ttl); never take one.
+
+A holder's renewal that crosses its own release (or arrives after another
+process took the lease over) finds another value or none, and changes nothing.
 ARGV: the lease's value, its ttl in ms, the token.
 """
 

@@ -548,6 +548,15 @@ class RedisStore:
         """
         return await (await self._bound()).leases.acquire(key, token, ttl)
 
+    async def renew_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
+        """Extend the lease on ``key`` to ``ttl`` seconds from now if ``token`` still holds it.
+
+        Never takes a lease: a renewal that crossed its holder's release (or a
+        takeover) changes nothing and returns ``False``. The engine renews with
+        this where a store has it, and with ``acquire_lease`` where not.
+        """
+        return await (await self._bound()).leases.renew(key, token, ttl)
+
     async def release_lease(self, key: bytes, token: bytes) -> None:
         """Drop the lease if ``token`` still holds it, and wake whoever waits on ``key``.
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeAlias
@@ -19,17 +17,12 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
-from redis.exceptions import (
-    ClusterDownError,
-    RedisClusterException,
-    RedisError,
-    SlotNotCoveredError,
-)
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import ConfigurationError
 from ...redact import redact_text, redact_url
-from .gate import DRIVER_ERRORS
+from .driver import TOPOLOGY_REFRESH, Cluster, cluster_options
 
 __all__ = [
     "DEFAULT_BACKOFF_BASE",
@@ -58,63 +51,7 @@ DEFAULT_MAX_CONNECTIONS = 64
 DEFAULT_RETRIES = 2
 DEFAULT_BACKOFF_BASE = 0.01
 DEFAULT_BACKOFF_CAP = 0.25
-TOPOLOGY_REFRESH = 0.2
-"""Seconds between two topology refreshes a cluster client's errors ask for (redis-py's
-``topology_refresh_min_interval``, 1 s by default): after a failover the client
-follows the promoted replica within about this, plus a node's cool-down
-(``nodes.NODE_COOLDOWN``)."""
-
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-
-
-class Cluster(RedisCluster):
-    """redis-py's cluster client, without retrying a command that timed out.
-
-    The cluster client retries its own list of errors whatever its ``retry``
-    says, timeouts included: a get to a stalled primary took three socket
-    timeouts (1.5 s at ``socket_timeout=0.5``). A slow server stays slow;
-    connection errors (a dead primary, whose slots a refresh of the topology
-    moves to the promoted replica) and a cluster that is down still retry.
-    """
-
-    ERRORS_ALLOW_RETRY = (  # type: ignore[assignment]
-        RedisConnectionError,
-        ClusterDownError,
-        SlotNotCoveredError,
-    )
-
-    # Once the client has a topology, the refreshes its errors ask for run in a task of
-    # their own, never inside the next command: a refresh asks the nodes one by one,
-    # and one that reaches a stalled node waits out its socket timeout, which the
-    # command that ran it (a healthy node's lease step, say) paid in full.
-    _refresher: asyncio.Task[None] | None = None
-    _refreshing = False
-
-    def _initialize_due(self) -> bool:
-        due: bool = super()._initialize_due()
-        if not due or self._refreshing or not self._topology_ready:
-            return due
-        refresher = self._refresher
-        if refresher is None or refresher.done():
-            self._refresher = asyncio.get_running_loop().create_task(self._refresh())
-        return False  # the current topology keeps serving meanwhile
-
-    async def _refresh(self) -> None:
-        self._refreshing = True
-        try:
-            await self.initialize()  # takes the lock before it awaits: due for no one else
-        except DRIVER_ERRORS:
-            pass  # asked for again by the next error
-        finally:
-            self._refreshing = False
-
-    async def aclose(self) -> None:
-        refresher, self._refresher = self._refresher, None
-        if refresher is not None and not refresher.done():
-            refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *DRIVER_ERRORS):
-                await refresher
-        await super().aclose()
 
 
 class Connected(NamedTuple):
@@ -312,7 +249,7 @@ def _build(url: str, overrides: Mapping[str, object]) -> Connected:
         cluster = Cluster(
             startup_nodes=nodes,
             max_connections=pool_size,
-            topology_refresh_min_interval=TOPOLOGY_REFRESH,
+            **cluster_options(),
             **common,
             **tls_options,
         )

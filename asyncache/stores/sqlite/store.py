@@ -282,6 +282,10 @@ class SQLiteStore:
         rows = await self._database.execute(REPLACE, (time.time(), key, value, when, expected))
         self.write_queries += 1
         stored, stored_expiry = rows[0]
+        if stored == value:
+            # The other processes' tiers drop their copy of what was replaced, as after
+            # a delete (a refresh's new decision is read from the file next).
+            await self._drops.record(key)
         return Entry(stored, None if stored_expiry is None else float(stored_expiry))
 
     async def expired_at(self, key: bytes) -> float | None:
