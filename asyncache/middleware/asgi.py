@@ -318,10 +318,10 @@ class DecisionCacheMiddleware:
         # A hit on an entry in memory: answered now, from the replay made on its first hit.
         value = engine.hit_now(key, self._ready_for_head if method == "HEAD" else self._ready)
         if value is MISS:
-            replay = [message]  # the body whole in it: what the app receives first
-            await self._run(
-                scope, receive, send, started, route, head, None, replay, body, key, value
-            )
+            # The body whole in its message: what the app receives first.
+            replay = BodyReplay([message], receive)
+            timed = self._timed(send, started)
+            await self._run(scope, replay, timed, key, head, body, route, value, None)
             return
         self.stats.outcomes["hit"] += 1
         # Fresh messages (what is in front may change them), from the replay's parts.
@@ -433,37 +433,25 @@ class DecisionCacheMiddleware:
             await send({"type": "http.response.start", "status": value.status, "headers": headers})
             await send({"type": "http.response.body", "body": value.body, "more_body": False})
             return
-        replay = replay or whole_body(message, body)
-        await self._run(
-            scope, receive, send, started, route, head, principal, replay, body, key, value
-        )
+        body_replay = BodyReplay(replay or whole_body(message, body), receive)
+        timed = self._timed(send, started)
+        await self._run(scope, body_replay, timed, key, head, body, route, value, principal)
 
     async def _run(
         self,
         scope: Scope,
-        receive: Receive,
+        receive: BodyReplay,
         send: Send,
-        started: float,
-        route: str,
-        head: RequestHead,
-        principal: Any,
-        replay: list[Message],
-        body: bytes,
         key: bytes,
+        head: RequestHead,
+        body: bytes,
+        route: str,
         value: Any,
+        principal: Any,
     ) -> None:
         """Answers a keyed request that no hit answered: a miss (the app runs), or a hit
-        that ``on_hit`` decides on. ``replay``: what the app receives before ``receive``."""
-        exchange = Exchange(
-            self._settings,
-            scope,
-            BodyReplay(replay, receive),
-            self._timed(send, started),
-            key,
-            head,
-            body,
-            route,
-        )
+        that ``on_hit`` decides on. ``receive``: the body read, then the server's."""
+        exchange = Exchange(self._settings, scope, receive, send, key, head, body, route)
         if value is not MISS:
             await exchange.answer(value)  # on_hit decides
         elif principal is None:
