@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from time import perf_counter
+from time import perf_counter_ns
 from typing import Any
 
 from ..cache import DecisionCache
@@ -260,7 +260,7 @@ class DecisionCacheMiddleware:
             # Lifespan and websocket scopes pass through untouched.
             await self.app(scope, receive, send)
             return
-        started = perf_counter()
+        started = perf_counter_ns()
         # The hit path: a cached route, a remembered head and key, a body in one message,
         # no hooks. Anything else (and every miss) takes _handle's general path, which
         # counts, bypasses and runs the app; a hit here is answered without a call of it.
@@ -327,13 +327,13 @@ class DecisionCacheMiddleware:
         # Fresh messages (what is in front may change them), from the replay's parts.
         headers = [*value.hit_headers] if value.born is None else value.hit_start()
         if self._server_timing:
-            us = int((perf_counter() - started) * 1_000_000)
+            us = (perf_counter_ns() - started) // 1000
             timing = self._hit_timings[us] if us < TIMINGS_MADE else None
             headers.append(timing or made_timing(self._hit_desc, us))
         await send({"type": "http.response.start", "status": value.status, "headers": headers})
         await send({"type": "http.response.body", "body": value.body, "more_body": False})
 
-    async def _handle(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, started: int) -> None:
         """A request the hit path did not settle before reading its body."""
         method = scope["method"]
         if method not in self._methods:
@@ -383,7 +383,7 @@ class DecisionCacheMiddleware:
         scope: Scope,
         receive: Receive,
         send: Send,
-        started: float,
+        started: int,
         route: str,
         head: RequestHead,
         principal: Any,
@@ -461,7 +461,7 @@ class DecisionCacheMiddleware:
             with entries_of(principal):
                 await exchange.run()
 
-    def _timed(self, send: Send, started: float) -> Send:
+    def _timed(self, send: Send, started: int) -> Send:
         """The client's ``send``, adding ``Server-Timing`` when this middleware does."""
         if self._server_timing:
             return TimedSend(send, started, self._headers.status_name)
