@@ -1035,6 +1035,10 @@ class Engine:
                 entry = await self.leases.store(key, value, expires_at)
             else:
                 entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+            if entry is None and self.leases is not None:
+                # Our lease may have run out (a stalled loop) and another's decision be
+                # stored: that one is every caller's, ours too (docs/leases.md).
+                entry = await self.leases.read_back(key)
         else:
             entry = await self.guard.call(
                 "replace", lambda: self.replace_entry(key, replacing, value, expires_at)
@@ -1462,6 +1466,9 @@ class Engine:
             return
         added = await self.guard.call("add_many", lambda: self.store.add_many(pending))
         winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        if added is None and self.leases is not None:  # as store_result reads back
+            leases = self.leases
+            winners = list(await asyncio.gather(*(leases.read_back(k) for k, _, _ in pending)))
         for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
             try:
                 flight.set_result(self.winner(key, value, entry, result))
@@ -1697,6 +1704,10 @@ class Leasing(Protocol):
 
     async def store(self, key: bytes, value: bytes, expires_at: float | None) -> Entry | None:
         """Add a decision made under a lease, waiting out a failing store (``store_wait``)."""
+        ...
+
+    async def read_back(self, key: bytes) -> Entry | None:
+        """The entry under ``key`` after our ``add`` failed (the first one stored wins)."""
         ...
 
     async def aclose(self) -> None:
