@@ -19,6 +19,7 @@ from .decorator import (
     MethodWarning,
     cached_prediction,
 )
+from .engine import TrustReport
 from .errors import (
     AsyncacheError,
     ConfigurationError,
@@ -88,6 +89,7 @@ __all__ = [
     "SignatureError",
     "StoreError",
     "ThreadOffload",
+    "TrustReport",
     "WorkerDiedError",
     "__version__",
     "cached_prediction",

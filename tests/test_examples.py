@@ -79,6 +79,18 @@ CHECKS: dict[str, Check] = {
             r"^shadow: would hit 2 of 4; agreed: 2 mismatched: 0$",
         )
     ),
+    "trust.py": Check(
+        stdout=(
+            r"^doubt computes: 14 verified hits: 1$",
+            r"^served: approve$",
+            r"^breach in review: TrustReport\(audits=16, mismatched=1, upper=0\.26\d*, "
+            r"serving=False, breaches=1\)$",
+            r"^served: deny$",
+            r"^breaches: 1 repairs: 1$",
+        ),
+        # The breach is logged as well (a warning, bounded in rate).
+        stderr=(r"^asyncache: hits of review are no longer served: the wrong-rate bound",),
+    ),
     "warming.py": Check(
         stdout=(
             r"^  4/10 done$",

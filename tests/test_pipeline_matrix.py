@@ -544,6 +544,60 @@ async def audit(door: str, rig: Rig) -> None:
     await settle(lambda: model.runs == 2)
 
 
+# A bound of 20% at 95%: 14 agreeing audits earn trust (docs/audit.md, "Trust").
+TRUST: dict[str, Any] = {"audit_rate": 1.0, "max_wrong_rate": 0.2, "trust_window": 20}
+TRUSTED = ["t0", "t1", "t2"]
+
+
+def _answers(answer: str, items: Sequence[str]) -> list[str]:
+    return [f'{answer}:"{item}"' for item in items]
+
+
+async def _trusted(door: str, rig: Rig, model: Model, **options: Any) -> tuple[DecisionCache, Door]:
+    """A cache with the bound, and a door whose namespace (route) earned trust."""
+    cache = await rig.cache(**TRUST, **options)
+    asking = await rig.door(door, cache, model, **({"audit": True} if door == "middleware" else {}))
+    for _ in range(20):
+        assert await asking.ask(TRUSTED) == _answers("A", TRUSTED)
+        await asyncio.sleep(0.01)  # the audits of served hits land
+        reports = cache.trust()
+        if reports and all(report.serving for report in reports.values()):
+            return cache, asking
+    raise AssertionError(f"trust never earned: {cache.trust()}")
+
+
+async def trust_steady(door: str, rig: Rig) -> None:
+    """An unchanged model: once trusted, hits are served (0 breaches, no more doubt)."""
+    model = Model()
+    cache, asking = await _trusted(door, rig, model)
+    doubted = cache.stats()["doubt_computes"]
+    assert doubted >= 14  # the cold namespace computed until its audits earned trust
+    for _ in range(3):
+        assert await asking.ask(TRUSTED) == _answers("A", TRUSTED)
+    stats = cache.stats()
+    assert stats["doubt_computes"] == doubted and stats["breaches"] == 0, stats
+    assert stats["verified_hits"] >= 9, stats
+    assert stats["wrong_rate_upper"] <= 0.2, stats
+
+
+async def trust_breach(door: str, rig: Rig) -> None:
+    """A changed model: the audit of a served hit disagrees, repairs its key and breaches;
+    in doubt every call computes, repairs and answers fresh; the store holds the repair."""
+    model = Model()
+    cache, asking = await _trusted(door, rig, model)
+    model.answer = "B"
+    assert await asking.ask(TRUSTED[:1]) == _answers("A", TRUSTED[:1])  # served, audited
+    await settle(lambda: cache.stats()["repairs"] == 1)
+    stats = cache.stats()
+    assert stats["breaches"] == 1 and stats["wrong_rate_upper"] > 0.2, stats
+    assert not any(report.serving for report in cache.trust().values())
+    assert await asking.ask(TRUSTED) == _answers("B", TRUSTED)
+    assert cache.stats()["doubt_computes"] >= stats["doubt_computes"] + len(TRUSTED)
+    if rig.shared:  # another process reads the repaired decisions
+        reader = await rig.door(door, await rig.cache(), Model())
+        assert await reader.ask(TRUSTED) == _answers("B", TRUSTED)
+
+
 LEASE_TTL = 0.3
 
 
@@ -603,6 +657,8 @@ BEHAVIOURS: dict[str, Behaviour] = {
     "replay": replay,
     "shadow": shadow,
     "audit": audit,
+    "trust_steady": trust_steady,
+    "trust_breach": trust_breach,
     "lease_stalled": lease_stalled,
 }
 

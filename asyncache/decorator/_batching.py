@@ -28,7 +28,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ..engine import Call, Freshness, ItemsCall, failed_together, overridden
+from ..engine import Call, Freshness, ItemsCall, failed_together, judged_as, overridden
 from ..errors import DecodeError, OffloadError, ReplayMiss
 from ._returns import rebuild_each
 
@@ -118,6 +118,8 @@ class Batched(Generic[B]):
     async def _values(self, listed: list[Any], keys: list[bytes], single: bool) -> list[Any]:
         # The function's own freshness settings, for what this call computes and stores.
         token = None if self._freshness is None else overridden.set(self._freshness)
+        # Its own audit window (asyncache.engine._trust), when the cache keeps them.
+        judged = None if self.cache.engine.trust is None else judged_as.set(self.namespace)
         try:
             if single:
                 submit, item = self.batcher.submit, listed[0]
@@ -129,6 +131,8 @@ class Batched(Generic[B]):
         finally:
             if token is not None:
                 overridden.reset(token)
+            if judged is not None:
+                judged_as.reset(judged)
 
     async def uncached(self, item: Any, /) -> Any:
         results = await self.batcher.run_many([item])

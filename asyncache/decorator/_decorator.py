@@ -18,7 +18,7 @@ from typing import (
 )
 
 from ..cache import DecisionCache
-from ..engine import MISS, Call, Freshness, overridden
+from ..engine import MISS, Call, Freshness, judged_as, overridden
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
 from ..stores import entries_of
@@ -441,6 +441,8 @@ def _wrap(
     async def compute(cache_key: bytes, inputs: Any, args: Any, kwargs: Any) -> Any:
         # The function's own freshness settings, for the flight this call may start.
         token = None if policy is None else overridden.set(policy)
+        # Its own audit window (asyncache.engine._trust), when the cache keeps them.
+        judged = None if cache.engine.trust is None else judged_as.set(name)
         try:
             return await get_or_compute(cache_key, Call(run, args, kwargs), inputs)
         except ReplayMiss as miss:
@@ -448,6 +450,8 @@ def _wrap(
         finally:
             if token is not None:
                 overridden.reset(token)
+            if judged is not None:
+                judged_as.reset(judged)
 
     if key is None and scope is None:
         make = binder.make if binder.make is not None else dict

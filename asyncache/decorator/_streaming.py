@@ -82,6 +82,7 @@ def streamed(
             pace=pace,
             max_chunks=max_chunks,
             freshness=freshness,
+            namespace=name,
         )
         try:
             async with aclosing(flow):

@@ -15,6 +15,7 @@ here, never from its underscore modules. Its modules:
   shared deadlines of one call;
 - ``_leases``: one computation per fleet, through the store's leases;
 - ``_audit``: sampled audits of hits and shadow mode;
+- ``_trust``: audit windows, the wrong-rate bound, and doubting hits past it;
 - ``_warm``: pre-warming from a list of inputs;
 - ``_broadcast``: a computation's pieces shared live by its flight's callers;
 - ``_memo``: decoded results of recent hits, by key;
@@ -50,6 +51,7 @@ from ._runtime import (
     wait_for,
 )
 from ._streams import cached_stream
+from ._trust import BreachHook, Trust, TrustReport, judged_as
 from ._warm import WarmSummary, warm
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "MISS",
     "AdmitHook",
     "Auditor",
+    "BreachHook",
     "Broadcast",
     "Call",
     "Compare",
@@ -74,6 +77,8 @@ __all__ = [
     "Source",
     "StaleHit",
     "StoreGuard",
+    "Trust",
+    "TrustReport",
     "TtlHook",
     "Unshared",
     "WarmSummary",
@@ -83,6 +88,7 @@ __all__ = [
     "error_for_caller",
     "failed_together",
     "is_cancellation",
+    "judged_as",
     "lease_store",
     "new_event",
     "overridden",

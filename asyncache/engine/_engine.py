@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import math
 import time
@@ -204,6 +205,8 @@ class Engine:
         # The hit path tests this one attribute: None unless audits are sampled.
         self.sampler: Sampler | None = None
         self.leases: Leasing | None = None
+        # Audit windows and the wrong-rate bound (asyncache.engine._trust); with audits only.
+        self.trust: Doubting | None = None
         # Told when each flight starts and ends (the OpenTelemetry adapter's spans).
         self.observer: FlightObserver | None = None
         self._renewing: set[bytes] = set()
@@ -258,6 +261,7 @@ class Engine:
         entry: Entry,
         made: Callable[[Any], Any] | None = None,
         uses: int = 1,
+        audited: bool = False,
     ) -> Any:
         """A hit on ``entry``: its decision (``made(decision)`` when ``made`` is given),
         counted ``uses`` times, its expiry maybe pushed out.
@@ -273,6 +277,11 @@ class Engine:
             StaleHit: the entry is past its ttl (``asyncache.engine._freshness``).
             ErrorHit: the entry is a cached error; its ``error`` is for the caller.
             Exception: whatever ``made`` raised (the caller answers in full instead).
+
+        ``audited``: the door audits this hit; with ``max_wrong_rate``, a hit its
+        namespace has not earned trust for is raised as a ``StaleHit`` outside
+        every window, which each door computes as a miss that replaces the entry
+        (``asyncache.engine._trust``).
         """
         value = entry.value
         known = self.recent.get(key, value, made)
@@ -301,6 +310,8 @@ class Engine:
             fresh_until = entry.expires_at - windows
             if now >= fresh_until:
                 raise StaleHit(result, entry, revalidate=now < fresh_until + revalidate)
+        if audited and self.trust is not None and self.trust.doubts(key, entry):
+            raise StaleHit(result, entry, revalidate=False)
         stats = self.stats
         stats.hits += uses
         stats.compute_seconds_saved += saved * uses
@@ -485,7 +496,7 @@ class Engine:
             Exception: a cached error (``cache_errors``), raised again.
         """
         try:
-            value = self.hit(key, entry, uses=uses)
+            value = self.hit(key, entry, uses=uses, audited=recompute is not None)
         except DecodeError as exc:
             if self.mode == "replay":
                 self.stats.corrupt += 1
@@ -1028,6 +1039,11 @@ class Engine:
         if prepared is None:
             return result
         value, expires_at = prepared
+        if replacing is not None and self.trust is not None:
+            # A doubted hit's computation is judged first; agreeing, the entry stands.
+            stands = self.trust.judge_doubted(key, replacing, result, inputs)
+            if stands is not None:
+                return stands.value  # type: ignore[no-any-return]
         if replacing is None:
             if self.store_wait and self.leases is not None:
                 # The waiting mode: a decision made under a lease that is not stored
@@ -1596,6 +1612,25 @@ class Engine:
                 return replay_miss(key, inputs, "expired", f"at {stamp}")
         return replay_miss(key, inputs)
 
+    def tell(self, name: str, hook: Callable[..., Any], *args: Any) -> None:
+        """Call a user's hook (``on_mismatch``, ``on_breach``), sync or async: a coroutine
+        runs as an owned background task; what it raises is logged, never raised."""
+        try:
+            outcome = hook(*args)
+        except Exception as exc:
+            self.log.warning(name, f"asyncache: {name} raised: %r", exc)
+            return
+        if inspect.isawaitable(outcome):
+            self.spawn(self._await_hook(name, outcome))
+
+    async def _await_hook(self, name: str, outcome: Awaitable[Any]) -> None:
+        try:
+            await outcome
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning(name, f"asyncache: {name} raised: %r", exc)
+
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
         return spawn(work, self.background)
@@ -1636,7 +1671,8 @@ def replay_miss(
 
 # -- what the engine needs of its optional parts -------------------------------
 # The engine holds a ``Leasing`` (``_leases.Leases``) when leases are on and a
-# ``Sampler`` (``_audit.Auditor``) when audits or shadow mode are; it knows them
+# ``Sampler`` (``_audit.Auditor``) when audits or shadow mode are, and a ``Doubting``
+# (``_trust.Trust``) with audits; it knows them
 # only by these protocols, so it never imports their modules and they can import it.
 
 
@@ -1668,6 +1704,20 @@ class Sampler(Protocol):
 
     def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:
         """Count one shadow call: a miss, or a hit that would have agreed or not."""
+        ...
+
+
+class Doubting(Protocol):
+    """What the path needs of the trust windows (``_trust.Trust``)."""
+
+    def doubts(self, key: bytes, entry: Entry) -> bool:
+        """Whether a fresh hit on ``entry`` must be computed instead of served."""
+        ...
+
+    def judge_doubted(
+        self, key: bytes, replacing: bytes, fresh: Any, inputs: Any
+    ) -> Decoded | None:
+        """Judge a doubted key's computation; the stored decision when they agree."""
         ...
 
 

@@ -49,6 +49,7 @@ from ._flights import Flight, copy_for_caller, error_for_caller
 from ._freshness import Freshness, StaleHit, overridden
 from ._leases import LeaseLost, lease_lost
 from ._runtime import cancelled, is_cancellation, sleep, spawn
+from ._trust import judged_as
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -94,6 +95,7 @@ async def cached_stream(
     pace: bool = False,
     max_chunks: int = 10_000,
     freshness: Freshness | None = None,
+    namespace: str | None = None,
 ) -> AsyncGenerator[Any, None]:
     """The chunks of the decision for ``key``: replayed from the store, or produced live.
 
@@ -108,6 +110,7 @@ async def cached_stream(
         max_chunks: past this many chunks a stream is not stored.
         freshness: the function's own freshness settings (the cache's when
             ``None``), for the computation this caller starts or refreshes.
+        namespace: the audit window judging its hits (``asyncache.engine._trust``).
 
     Raises:
         ReplayMiss: ``mode="replay"`` and the store does not hold the stream (before
@@ -121,9 +124,14 @@ async def cached_stream(
     if serving:
         flight = engine.streaming(key)
         if flight is None:
-            found = await _lookup(
-                engine, key, produce, inputs, rebuild, pace, freshness, max_chunks
-            )
+            judged = None if namespace is None else judged_as.set(namespace)
+            try:
+                found = await _lookup(
+                    engine, key, produce, inputs, rebuild, pace, freshness, max_chunks
+                )
+            finally:
+                if judged is not None:
+                    judged_as.reset(judged)
             stored = None
             if isinstance(found, StaleHit):
                 stale = found

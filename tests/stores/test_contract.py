@@ -117,13 +117,16 @@ class TestTieredSQLiteStore(ProjectStore, StoreContract, EntryScanContract):
     kind = "tiered-sqlite"
 
 
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
 class TestRedisStore(ProjectStore, StoreContract, EntryScanContract, LeaseStoreContract):
     kind = "redis"
 
 
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
 class TestRedisClusterStore(ProjectStore, StoreContract, EntryScanContract, LeaseStoreContract):
     kind = "redis-cluster"
 
 
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
 class TestTieredRedisStore(ProjectStore, StoreContract, EntryScanContract):
     kind = "tiered-redis"

@@ -32,6 +32,7 @@ __all__ = [
     "PRUNE_LEASES",
     "RELEASE",
     "RENEW",
+    "RENEW_LEASE",
     "REPLACE",
     "SUMMARY",
     "TABLES",
@@ -123,6 +124,11 @@ ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at = excluded.ex
 WHERE asyncache_leases.expires_at <= ?4 OR asyncache_leases.token = excluded.token
 RETURNING 1"""
 RELEASE = "DELETE FROM asyncache_leases WHERE key = ?1 AND token = ?2"
+# A renewal only extends a lease its token still holds: one that crossed its
+# holder's release (or a takeover) must never take the lease again.
+RENEW_LEASE = (
+    "UPDATE asyncache_leases SET expires_at = ?3 WHERE key = ?1 AND token = ?2 RETURNING 1"
+)
 POLL = """SELECT e.value, e.expires_at,
     EXISTS (SELECT 1 FROM asyncache_leases WHERE key = ?2 AND expires_at > ?1)
 FROM (SELECT 1) LEFT JOIN asyncache_entries AS e

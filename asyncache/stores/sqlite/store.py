@@ -8,7 +8,6 @@ the file holds (for ``asyncache stats``) in ``describe``.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import sqlite3
@@ -16,8 +15,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
-
-import anyio.to_thread
 
 from ...errors import ConfigurationError
 from ..protocol import Entry
@@ -43,6 +40,7 @@ from .sql import (
     select_many,
     storable_expiry,
 )
+from .threads import to_thread
 from .upkeep import Upkeep
 from .url import parse_url
 
@@ -299,12 +297,15 @@ class SQLiteStore:
     def pause_upkeep(self) -> None:
         """Write nothing on its own from now on: no background prune, no eviction, no new file.
 
-        Replay calls it, so that reading a recording leaves the file as it was
-        recorded, expired entries included, and a path with no recording stays
-        absent (every read is then a store error). ``prune()`` still prunes when called.
+        Replay calls it, before the store's first use, so that reading a
+        recording leaves the file as it was recorded, expired entries included:
+        the file is then opened read-only (``schema.open_recording``), so a
+        read-only checkout replays and nothing is created beside the file (no
+        ``-wal`` or ``-shm``), and a path with no recording stays absent (every
+        read is then a store error). A write, ``prune()`` included, then fails.
         """
         self._upkeep.paused = True
-        self._database.must_exist = True
+        self._database.read_only = True
 
     async def prune(self) -> int:
         """Delete expired entries and leases, then enforce the bounds.
@@ -338,7 +339,7 @@ class SQLiteStore:
         thread = self._pruning
         if thread is not None:
             # A prune under way finishes first: its statements need the connection.
-            await anyio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
+            await to_thread(thread.join)
         await self._database.aclose()
 
     async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
@@ -393,12 +394,10 @@ class SQLiteStore:
             raise database.closed_error()
         try:
             if database.reader is None and self.path != MEMORY:
-                facts = await anyio.to_thread.run_sync(
-                    functools.partial(describe_file, self.path, busy_timeout=self.busy_timeout)
-                )
+                facts = await describe_file(self.path, busy_timeout=self.busy_timeout)
             else:
                 db = database.ready_reader() or await database.read_connection()
-                facts = await db.call(describe_database, self.path)
+                facts = await describe_database(db.execute_fetchall, self.path)
         except sqlite3.Error as exc:
             raise database.error(exc) from exc
         return {
@@ -417,6 +416,14 @@ class SQLiteStore:
         The holder of ``token`` may take it again to extend it.
         """
         return await self._leases.acquire(key, token, ttl)
+
+    async def renew_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
+        """Extend the lease on ``key`` to ``ttl`` seconds from now if ``token`` still holds it.
+
+        Never takes a lease: a renewal that crossed its holder's release (or a
+        takeover) changes nothing and returns ``False``.
+        """
+        return await self._leases.renew(key, token, ttl)
 
     async def release_lease(self, key: bytes, token: bytes) -> None:
         """Drop the lease on ``key`` if ``token`` still holds it."""
