@@ -1212,7 +1212,9 @@ class Engine:
                 self.stats.stores += 1
             # else the store failed: hand back our own decision
             if _decodes_as_itself(result):
-                return result  # equal to decoding the value just encoded, and cheaper
+                # Equal to decoding the value just encoded, and cheaper; a list of its own,
+                # as decoding gives (the model may reuse the one it returned).
+                return list(result) if type(result) is list else result
             chosen = value
         try:
             decoded = self.decode(key, chosen)
