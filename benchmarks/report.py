@@ -80,7 +80,7 @@ SCRIPT_ARGS: dict[str, list[str]] = {
     "fleet_watch": ["--both-modes", "--rate", "300"],
     # "Before": the commit the hit-path work (issues 31 and 33) started from.
     "hit_path_before_after": ["--before-ref", "cf49116"],
-    "middleware_timing": ["--before-ref", "cf49116"],
+    "middleware_timing": ["--before-ref", "cf49116", "--rounds", "20"],
 }
 
 SIZES = (140, 2_000, 20_000)

@@ -4,11 +4,19 @@ W3C ``Server-Timing`` (how long the middleware took to start the response)."""
 from __future__ import annotations
 
 import re
-from time import perf_counter
+from time import perf_counter_ns
 
 from .types import FixedHeaders, Message, Send
 
-__all__ = ["StatusHeaders", "TaggedSend", "TimedSend", "timing_header"]
+__all__ = [
+    "TIMINGS_MADE",
+    "StatusHeaders",
+    "TaggedSend",
+    "TimedSend",
+    "hit_timings",
+    "made_timing",
+    "timing_header",
+]
 
 _TOKEN = re.compile(r"[A-Za-z*][A-Za-z0-9!#$%&'*+\-.^_`|~:/]*")
 
@@ -115,11 +123,27 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
 
 # A hit's durations under this many microseconds (every hit in memory) have their
 # headers made once each: formatting a float costs a hit more than finding its answer.
-_MADE_US = 1000
+TIMINGS_MADE = 1000
 _made: dict[bytes | None, list[tuple[bytes, bytes] | None]] = {
-    b"hit": [None] * _MADE_US,
-    None: [None] * _MADE_US,  # a hit where no outcome is named
+    b"hit": [None] * TIMINGS_MADE,
+    None: [None] * TIMINGS_MADE,  # a hit where no outcome is named
 }
+
+
+def hit_timings(outcome: bytes | None) -> list[tuple[bytes, bytes] | None]:
+    """The ``Server-Timing`` headers of a hit naming ``outcome`` (``b"hit"`` or ``None``), by
+    whole microseconds under ``TIMINGS_MADE``: each made by ``made_timing`` on first use."""
+    return _made[outcome]
+
+
+def made_timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
+    """A ``Server-Timing`` header for ``us`` microseconds, kept for the next hit that takes as
+    long when ``hit_timings`` holds such headers."""
+    header = _timing(outcome, us)
+    made = _made.get(outcome)
+    if made is not None and us < TIMINGS_MADE:
+        made[us] = header
+    return header
 
 
 def _timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
@@ -129,20 +153,19 @@ def _timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
     return (b"server-timing", b"cache;desc=%s;dur=%d.%03d" % (outcome, ms, fraction))
 
 
-def timing_header(outcome: bytes | None, started: float) -> tuple[bytes, bytes]:
+def timing_header(outcome: bytes | None, started: int) -> tuple[bytes, bytes]:
     """A ``Server-Timing`` header: ``cache;desc=<outcome>;dur=<ms since started>``.
 
     ``dur`` is in milliseconds, as the W3C spec has it, with microseconds shown:
     a hit takes tens of them, and a whole millisecond would read as zero.
+    ``started``: ``perf_counter_ns()`` when the request arrived (integer
+    nanoseconds: no float to make and convert on a hit).
     """
-    us = int((perf_counter() - started) * 1_000_000)
+    us = (perf_counter_ns() - started) // 1000
     made = _made.get(outcome)
-    if made is None or us >= _MADE_US:
+    if made is None or us >= TIMINGS_MADE:
         return _timing(outcome, us)
-    header = made[us]
-    if header is None:
-        header = made[us] = _timing(outcome, us)
-    return header
+    return made[us] or made_timing(outcome, us)
 
 
 class TimedSend:
@@ -156,7 +179,7 @@ class TimedSend:
 
     __slots__ = ("_send", "_started", "_status_name")
 
-    def __init__(self, send: Send, started: float, status_name: bytes | None) -> None:
+    def __init__(self, send: Send, started: int, status_name: bytes | None) -> None:
         self._send = send
         self._started = started
         self._status_name = status_name
