@@ -61,7 +61,7 @@ from ._freshness import (
     revive_error,
     same_error,
 )
-from ._guard import StoreGuard, new_request
+from ._guard import StoreGuard, new_request, timed_out_before
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
 
@@ -1050,12 +1050,22 @@ class Engine:
                 # would be made again, differently, by the next process to miss.
                 entry = await self.leases.store(key, value, expires_at)
             else:
+                sent = self.leases is not None and self.sends("add")
                 entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+                if entry is None and sent:
+                    # Our lease may have run out (a stalled loop) and another's decision be
+                    # stored: that one is every caller's, ours too (docs/leases.md).
+                    entry = await self.leases.read_back(key)  # type: ignore[union-attr]
         else:
             entry = await self.guard.call(
                 "replace", lambda: self.replace_entry(key, replacing, value, expires_at)
             )
         return self.winner(key, value, entry, result)  # type: ignore[no-any-return]
+
+    def sends(self, what: str) -> bool:
+        """Whether a store call ``what`` made now is sent: not skipped because the store
+        cools down or this request already paid its store timeout."""
+        return not (timed_out_before(what) or self.guard.cooling(what))
 
     async def replace_entry(
         self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
@@ -1194,14 +1204,18 @@ class Engine:
 
     def winner(self, key: bytes, value: bytes, entry: Entry | None, result: Any) -> Any:
         """What every caller of a flight receives once its ``add`` returned ``entry``."""
-        if entry is None:
-            chosen = value  # the store failed: hand back our own decision
-        elif entry.value == value:
-            self.stats.stores += 1
-            chosen = value
-        else:
+        if entry is not None and entry.value != value:
             self.stats.conflicts += 1
-            chosen = entry.value
+            chosen = entry.value  # another process's decision was stored first
+        else:
+            if entry is not None:
+                self.stats.stores += 1
+            # else the store failed: hand back our own decision
+            if _decodes_as_itself(result):
+                # Equal to decoding the value just encoded, and cheaper; a list of its own,
+                # as decoding gives (the model may reuse the one it returned).
+                return list(result) if type(result) is list else result
+            chosen = value
         try:
             decoded = self.decode(key, chosen)
             if decoded.error is not None:
@@ -1476,8 +1490,13 @@ class Engine:
             waiting.append((flight, result))
         if not pending:
             return
+        sent = self.leases is not None and self.sends("add_many")
         added = await self.guard.call("add_many", lambda: self.store.add_many(pending))
         winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        if added is None and sent:  # as store_result reads back
+            leases = self.leases
+            assert leases is not None
+            winners = list(await asyncio.gather(*(leases.read_back(k) for k, _, _ in pending)))
         for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
             try:
                 flight.set_result(self.winner(key, value, entry, result))
@@ -1749,6 +1768,10 @@ class Leasing(Protocol):
         """Add a decision made under a lease, waiting out a failing store (``store_wait``)."""
         ...
 
+    async def read_back(self, key: bytes) -> Entry | None:
+        """The entry under ``key`` after our ``add`` failed (the first one stored wins)."""
+        ...
+
     async def aclose(self) -> None:
         """Stop renewing the leases still held."""
         ...
@@ -1784,6 +1807,26 @@ class _Single:
     def detached(self) -> _Single:
         """The same item, on a snapshot of the batch's inputs (a refresh's)."""
         return _Single(detached(self.compute), self.index)
+
+
+_SELF_DECODING = frozenset((str, bool, type(None)))
+_FLAT_LIST_MAX = 64  # past this many items a check costs about what decoding does
+
+
+def _decodes_as_itself(result: Any) -> bool:
+    """Whether decoding ``result``'s envelope gives back an equal value of the same
+    types (a miss's answer may then be ``result``, undecoded): a string, a bool,
+    ``None``, a finite float, a 64-bit int, or a short list of strings."""
+    cls = type(result)
+    if cls in _SELF_DECODING:
+        return True
+    if cls is list:
+        return len(result) <= _FLAT_LIST_MAX and all(type(item) is str for item in result)
+    if cls is int:
+        return -(2**63) <= result < 2**64  # type: ignore[no-any-return]
+    if cls is float:
+        return math.isfinite(result)
+    return False
 
 
 def _never(key: bytes) -> Any:

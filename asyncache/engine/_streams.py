@@ -47,6 +47,7 @@ from ._calls import detached
 from ._engine import MISS, Unshared
 from ._flights import Flight, copy_for_caller, error_for_caller
 from ._freshness import Freshness, StaleHit, overridden
+from ._leases import LeaseLost, lease_lost
 from ._runtime import cancelled, is_cancellation, sleep, spawn
 from ._trust import judged_as
 
@@ -430,9 +431,18 @@ async def _generate(engine: Engine, broadcast: Broadcast, produce: Produce) -> A
     """Run the generator into ``broadcast``; its chunks are the decision, when kept."""
     framing: ChunkFraming = broadcast.framing  # type: ignore[assignment]
     stats = engine.stats
+    first = engine.leases is not None
     async with _Abortable(framing) as stopping:
         async with aclosing(_bare(produce)) as chunks:
             async for chunk in chunks:
+                if first:
+                    first = False
+                    # Under a lease that ran out while the generator ran (a stalled loop),
+                    # another process's stream may be stored: before this one hands out
+                    # anything, every caller gets that one (docs/leases.md).
+                    stored = await lease_lost()
+                    if stored is not None:
+                        raise LeaseLost(stored)
                 stats.stream_chunks += 1
                 # Kept as it was yielded: a generator may refill one buffer each time.
                 await broadcast.push(_kept(chunk), chunk_bytes(chunk))
