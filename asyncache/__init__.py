@@ -26,13 +26,22 @@ from .errors import (
     DecodeError,
     OffloadError,
     ReplayMiss,
+    ReplayRefused,
     SchemaVersionError,
     SignatureError,
     StoreError,
     WorkerDiedError,
 )
 from .keys import KEY_VERSION, make_key
-from .stores import DecisionStore, Entry, LeaseStore, MemoryStore, open_store, register_store
+from .stores import (
+    DecisionStore,
+    Entry,
+    Forgetting,
+    LeaseStore,
+    MemoryStore,
+    open_store,
+    register_store,
+)
 
 if typing.TYPE_CHECKING:
     from .offload import DeviceOffload, Offload, ProcessOffload, ThreadOffload
@@ -78,6 +87,7 @@ __all__ = [
     "Decoded",
     "DeviceOffload",
     "Entry",
+    "Forgetting",
     "LeaseStore",
     "MemoryStore",
     "MethodWarning",
@@ -85,6 +95,7 @@ __all__ = [
     "OffloadError",
     "ProcessOffload",
     "ReplayMiss",
+    "ReplayRefused",
     "SchemaVersionError",
     "SignatureError",
     "StoreError",

@@ -22,6 +22,7 @@ from .engine import (
     Freshness,
     StoreGuard,
     TtlHook,
+    forget,
 )
 from .errors import ConfigurationError
 from .keys import KeyBuilder
@@ -477,6 +478,33 @@ class DecisionCache:
         """Admit, encode and add ``result``; return the decision that won."""
         return await self.engine.store_result(
             key, result, inputs=inputs, compute_seconds=compute_seconds
+        )
+
+    async def forget(
+        self,
+        tags: Iterable[str] = (),
+        scope: Any = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Drop every decision of this cache's namespace with any of ``tags`` or under ``scope``.
+
+        Tags are what ``tags=`` (decorator, middleware) and the app's
+        ``Cache-Tag`` header named; a scope is what ``scope=`` returned. Both
+        given: a decision with either goes. Returns how many were dropped.
+        After it returns no process serves a decision stored before the call
+        (memory tiers of other processes drop theirs within 100 ms), and a
+        computation that began before it stores nothing. See docs/forgetting.md.
+
+        Raises:
+            ValueError: neither tags nor a scope was given.
+            TypeError: the store cannot forget (it names the store).
+            ReplayRefused: the cache replays; replay never writes.
+            StoreError: the store failed; what it dropped so far stays dropped.
+        """
+        return await forget(
+            self.engine, self.namespace, tags, scope, dry_run=dry_run, progress=progress
         )
 
     # -- pre-warming ---------------------------------------------------------

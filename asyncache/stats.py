@@ -53,6 +53,7 @@ COUNTER_MEANINGS: dict[str, str] = {
     "compute_seconds_saved": "Compute seconds hits saved (each hit adds its entry's compute time).",
     "streams": "Calls of streamed predictions (async generators), hits and misses alike.",
     "stream_chunks": "Chunks streamed to callers' flights or replayed from the store.",
+    "forgotten": "Decisions dropped by forget(tags=..., scope=...).",
     "in_flight": "Computations running now.",
     "hit_rate": "hits / (hits + misses) since the last reset.",
 }
@@ -95,6 +96,7 @@ _COUNTERS = (
     "passes",
     "streams",
     "stream_chunks",
+    "forgotten",
 )
 
 
@@ -141,6 +143,7 @@ class CacheStats:
     passes: int
     streams: int
     stream_chunks: int
+    forgotten: int
     compute_seconds_saved: float
     lease_wait_seconds: float
 

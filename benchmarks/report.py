@@ -70,6 +70,7 @@ SCRIPTS: tuple[tuple[str, str], ...] = (
     ("faults", "Faults: a stalled cluster primary, a killed lease owner"),
     ("streams", "Streamed results: first and last chunk of a miss, a follower and a hit"),
     ("trust", "Trust: a model that silently changes, under a bound on the wrong rate"),
+    ("forget", "Forgetting tagged decisions"),
 )
 
 # Options a script runs with here beyond --json and --quick.

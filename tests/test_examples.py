@@ -50,6 +50,19 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {
+    # Forgetting by tag and scope (issue 34).
+    "forgetting.py": Check(
+        stdout=(
+            r"^acme's decisions forgotten: 2$",
+            r"^cy's decisions forgotten: 1$",
+            r"^Cache-Tag reaches the client: False$",
+            r"^answers citing doc:42 forgotten: 2$",
+            r"^refund window\? miss$",
+            r"^opening hours\? hit$",
+            r"^forgotten in all: 5$",
+        ),
+        needs_modules=("httpx",),
+    ),
     # Freshness beyond a ttl (issue 24).
     "freshness.py": Check(
         stdout=(

@@ -87,14 +87,21 @@ class Door(Protocol):
 DoorFactory = Callable[..., Door]
 
 
+def _text_tags(text: str) -> list[str]:
+    """The tags a door with ``tags=True`` gives each decision."""
+    return [f"text:{text}", "matrix"]
+
+
 class DecoratorDoor:
     """``@cached_prediction(cache)`` on ``predict(text)``, called concurrently."""
 
     name = "decorator"
     audit_opt_in = False
 
-    def __init__(self, cache: DecisionCache, model: Model, *, audit: bool = False) -> None:
-        @cached_prediction(cache, namespace="matrix.predict")
+    def __init__(
+        self, cache: DecisionCache, model: Model, *, audit: bool = False, tags: bool = False
+    ) -> None:
+        @cached_prediction(cache, namespace="matrix.predict", tags=_text_tags if tags else None)
         async def predict(text: str) -> str:
             return await model.one(text)
 
@@ -115,8 +122,15 @@ class _BatchDoor:
 
     audit_opt_in = False
 
-    def __init__(self, cache: DecisionCache, model: Model, *, audit: bool = False) -> None:
-        @cached_prediction(cache, namespace="matrix.predict_batch", batch=True)
+    def __init__(
+        self, cache: DecisionCache, model: Model, *, audit: bool = False, tags: bool = False
+    ) -> None:
+        @cached_prediction(
+            cache,
+            namespace="matrix.predict_batch",
+            batch=True,
+            tags=_text_tags if tags else None,
+        )
         async def predict(texts: list[str]) -> list[str]:
             return await model.batch(texts)
 
@@ -156,7 +170,9 @@ class MiddlewareDoor:
     name = "middleware"
     audit_opt_in = True
 
-    def __init__(self, cache: DecisionCache, model: Model, *, audit: bool = False) -> None:
+    def __init__(
+        self, cache: DecisionCache, model: Model, *, audit: bool = False, tags: bool = False
+    ) -> None:
         import httpx
         from starlette.applications import Starlette
         from starlette.requests import Request
@@ -167,7 +183,9 @@ class MiddlewareDoor:
 
         async def predict(request: Request) -> JSONResponse:
             body = await request.json()
-            return JSONResponse({"answer": await model.one(body["text"])})
+            # With tags, the app names them the way apps do: a Cache-Tag header.
+            headers = {"Cache-Tag": ", ".join(_text_tags(body["text"]))} if tags else None
+            return JSONResponse({"answer": await model.one(body["text"])}, headers=headers)
 
         app = Starlette(routes=[Route("/predict", predict, methods=["POST"])])
         # Auditing through the middleware is opt-in; the keyword is passed only when asked
@@ -596,6 +614,38 @@ async def trust_breach(kind: str, door: DoorFactory, ctx: Ctx, coalesce: bool = 
     assert await reader.ask(TRUST_TEXTS) == [f"B:{text}" for text in TRUST_TEXTS]
 
 
+def _forget_store(kind: str, ctx: Ctx) -> DecisionStore | None:
+    """``_trust_store``, and a Redis Cluster for ``cluster``."""
+    if kind != "cluster":
+        return _trust_store(kind, ctx)
+    require(importlib.util.find_spec("redis") is not None, "redis-py is not installed")
+    from asyncache.stores.redis import RedisStore
+
+    url: str = ctx.fixture("redis_cluster_url")
+    return RedisStore.from_url(url, prefix=ctx.fixture("redis_prefix"))
+
+
+async def forgetting(kind: str, door: DoorFactory, ctx: Ctx) -> None:
+    """Tagged decisions through the door: a forgotten tag is computed again, the rest hit."""
+    from asyncache.tags import MARGIN
+
+    model = Model()
+    cache = await ctx.cache(_forget_store(kind, ctx))
+    d = await ctx.door(door, cache, model, tags=True)
+    assert await d.ask(["a", "b", "c"]) == ["A:a", "A:b", "A:c"]
+    assert await d.ask(["a", "b", "c"]) == ["A:a", "A:b", "A:c"]
+    assert model.runs == 3
+    assert await cache.forget(tags=["text:b"]) == 1
+    await asyncio.sleep(MARGIN)  # what began before the forget is not stored after it
+    model.answer = "B"
+    assert await d.ask(["a", "b", "c"]) == ["A:a", "B:b", "A:c"]
+    assert model.runs == 4
+    assert await cache.forget(tags=["matrix"]) == 3
+    assert cache.stats()["forgotten"] == 4
+    if kind != "memory":
+        await cache.store.clear()
+
+
 Feature = Callable[[DoorFactory, Ctx], Awaitable[None]]
 
 # One line per feature.
@@ -616,6 +666,10 @@ FEATURES = [
     pytest.param(ttl_hook, id="ttl-hook"),
     pytest.param(ttl_zero, id="ttl-zero"),
     pytest.param(store_down, id="store-down"),
+    pytest.param(partial(forgetting, "memory"), id="forget-memory"),
+    pytest.param(partial(forgetting, "sqlite"), id="forget-sqlite"),
+    pytest.param(partial(forgetting, "redis"), id="forget-redis", marks=pytest.mark.redis),
+    pytest.param(partial(forgetting, "cluster"), id="forget-cluster", marks=pytest.mark.redis),
 ]
 
 

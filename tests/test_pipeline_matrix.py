@@ -598,6 +598,44 @@ async def trust_breach(door: str, rig: Rig) -> None:
         assert await reader.ask(TRUSTED) == _answers("B", TRUSTED)
 
 
+def _item_tags(item: Any) -> list[str]:
+    return [f"item:{item}", "all"]
+
+
+async def forget(door: str, rig: Rig) -> None:
+    """Tags through every door (the middleware's from the app's ``Cache-Tag``): a
+    forgotten tag is computed again, in another process too (its tier drops its copy),
+    and the rest stays a hit."""
+    from asyncache.tags import MARGIN
+
+    model = Model()
+    options: dict[str, Any] = {} if door == "middleware" else {"tags": _item_tags}
+    cache = await rig.cache()
+    asking = await rig.door(door, cache, model, **options)
+    for item in ("x", "y"):
+        model.headers = {"Cache-Tag": ", ".join(_item_tags(item))}
+        assert await asking.ask([item]) == [f'A:"{item}"']
+    other = None
+    if rig.shared:  # another process on the same store, its tier holding copies
+        other = await rig.door(door, await rig.cache(), model, **options)
+        assert await other.ask(["x", "y"]) == ['A:"x"', 'A:"y"']
+    assert model.runs == 2
+    assert await cache.forget(tags=["item:x"]) == 1
+    await asyncio.sleep(MARGIN)  # what began before the forget is not stored after it
+    model.answer = "B"
+    model.headers = {"Cache-Tag": ", ".join(_item_tags("x"))}
+    assert await asking.ask(["x", "y"]) == ['B:"x"', 'A:"y"']
+    assert model.runs == 3
+    if other is not None:
+        for _ in range(SETTLE_TRIES):
+            if await other.ask(["x"]) == ['B:"x"']:
+                break
+            await asyncio.sleep(0.01)
+        assert await other.ask(["x", "y"]) == ['B:"x"', 'A:"y"']
+        assert model.runs == 3
+    assert await cache.forget(tags=["all"]) == 2
+
+
 LEASE_TTL = 0.3
 
 
@@ -660,6 +698,7 @@ BEHAVIOURS: dict[str, Behaviour] = {
     "trust_steady": trust_steady,
     "trust_breach": trust_breach,
     "lease_stalled": lease_stalled,
+    "forget": forget,
 }
 
 FINDINGS = {

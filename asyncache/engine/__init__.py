@@ -14,6 +14,7 @@ here, never from its underscore modules. Its modules:
 - ``_guard``: the store guard (timeouts, failure counting, cool-down) and the
   shared deadlines of one call;
 - ``_leases``: one computation per fleet, through the store's leases;
+- ``_forget``: dropping decisions by tag or scope (``cache.forget``);
 - ``_audit``: sampled audits of hits and shadow mode;
 - ``_trust``: audit windows, the wrong-rate bound, and doubting hits past it;
 - ``_warm``: pre-warming from a list of inputs;
@@ -38,6 +39,7 @@ from ._engine import (
     unwrap,
 )
 from ._flights import Flight, error_for_caller
+from ._forget import forget
 from ._freshness import Freshness, StaleHit, failed_together, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
@@ -87,6 +89,7 @@ __all__ = [
     "cancelled",
     "error_for_caller",
     "failed_together",
+    "forget",
     "is_cancellation",
     "judged_as",
     "lease_store",

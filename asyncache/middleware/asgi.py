@@ -26,6 +26,7 @@ from ..cache import DecisionCache
 from ..engine import MISS, Freshness
 from ..stats import RateLimitedLog
 from ..stores import entries_of
+from ..tags import Tagging, tagging
 from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
 from .request import (
     FORWARDING,
@@ -160,6 +161,14 @@ class DecisionCacheMiddleware:
             may not share (hit-for-pass). A ``5xx`` or a response too large may
             not come again, so it is not remembered.
             ``0`` turns it off.
+        tags: ``tags(asgi_scope)`` returns the tags (strings) a stored response
+            carries (sync or async), so that ``cache.forget(tags=[...])`` drops
+            it; called only when a response is stored. Its scope (``scope=``)
+            can always be forgotten (``cache.forget(scope=...)``).
+        tag_header: the response header the app names more tags in,
+            comma-separated (``Cache-Tag: doc:42, policy:7``); the middleware
+            takes it out of every response of a cached route, stored or not,
+            hit or miss. ``None`` reads no header and leaves it alone.
 
     Raises:
         ValueError: an option is out of range or both ``routes`` and ``paths`` are given.
@@ -191,6 +200,8 @@ class DecisionCacheMiddleware:
         stale_while_revalidate: float | None = None,
         stale_if_error: float | None = None,
         pass_ttl: float = 5.0,
+        tags: Callable[[Scope], Any] | None = None,
+        tag_header: str | None = "Cache-Tag",
     ) -> None:
         if routes is not None and paths is not None:
             raise ValueError("give routes or paths, not both")
@@ -221,7 +232,8 @@ class DecisionCacheMiddleware:
             vary_names, [_header_name(name) for name in credentials], max_body_bytes
         )
         self._scope_fn = scope
-        self._headers = StatusHeaders(status_header, cache_status)
+        self._headers = StatusHeaders(status_header, cache_status, tag_header)
+        self._tags_fn = tags
         # status_header=None: the one switch that keeps outcomes from clients (docs/security.md).
         self._server_timing = status_header is not None if server_timing is None else server_timing
         hit_headers = self._headers.for_outcome("hit")
@@ -250,6 +262,7 @@ class DecisionCacheMiddleware:
             follower_timeout=follower_timeout,
             freshness=_route_freshness(cache, stale_while_revalidate, stale_if_error),
             pass_ttl=pass_ttl,
+            tags=tags,
         )
 
     def __repr__(self) -> str:
@@ -454,11 +467,18 @@ class DecisionCacheMiddleware:
         exchange = Exchange(self._settings, scope, receive, send, key, head, body, route)
         if value is not MISS:
             await exchange.answer(value)  # on_hit decides
-        elif principal is None:
+        elif principal is None and self._tags_fn is None and self._headers.tag_name is None:
             await exchange.run()
         else:
-            # What this run stores counts against its scope's budget in a memory store.
-            with entries_of(principal):
+            # What this run stores counts against its scope's budget in a memory store,
+            # and carries its scope and tags (``tags=``, ``Cache-Tag``: ``asyncache.tags``).
+            tags_fn = self._tags_fn
+            marks = Tagging(
+                self.cache.namespace,
+                scope=principal,
+                source=None if tags_fn is None else lambda: tags_fn(scope),
+            )
+            with entries_of(principal), tagging({key: marks}):
                 await exchange.run()
 
     def _timed(self, send: Send, started: int) -> Send:

@@ -4,7 +4,9 @@ W3C ``Server-Timing`` (how long the middleware took to start the response)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from time import perf_counter_ns
+from typing import Any
 
 from .types import FixedHeaders, Message, Send
 
@@ -15,6 +17,7 @@ __all__ = [
     "TimedSend",
     "hit_timings",
     "made_timing",
+    "take_header",
     "timing_header",
 ]
 
@@ -37,14 +40,19 @@ class StatusHeaders:
             since a hit's age says when someone else asked.
     """
 
-    __slots__ = ("_cache_name", "_memo", "_status_name", "ages", "names")
+    __slots__ = ("_cache_name", "_memo", "_status_name", "ages", "names", "tag_name")
 
     @property
     def status_name(self) -> bytes | None:
         """The status header's name, lowercased; ``None`` when there is none."""
         return self._status_name
 
-    def __init__(self, status_header: str | None, cache_status: bool | str) -> None:
+    def __init__(
+        self, status_header: str | None, cache_status: bool | str, tag_header: str | None = None
+    ) -> None:
+        self.tag_name = tag_header.lower().encode("latin-1") if tag_header else None
+        """The header the app names a response's tags in (``Cache-Tag``), lowercased:
+        taken out of every answer of a cached route, stored or not."""
         self._status_name = status_header.lower().encode("latin-1") if status_header else None
         if cache_status is True:
             cache_status = "asyncache"
@@ -76,23 +84,39 @@ class StatusHeaders:
     def tagged(self, send: Send, outcome: str, reason: str | None = None) -> Send:
         """``send``, adding the outcome's headers to the start message."""
         extra = self.for_outcome(outcome, reason)
-        return TaggedSend(send, extra) if extra else send
+        return TaggedSend(send, extra, self.tag_name) if extra or self.tag_name else send
 
 
 class TaggedSend:
     """A ``send`` that adds the cache status headers to the start message."""
 
-    __slots__ = ("_extra", "_send")
+    __slots__ = ("_extra", "_send", "_strip")
 
-    def __init__(self, send: Send, extra: FixedHeaders) -> None:
+    def __init__(self, send: Send, extra: FixedHeaders, strip: bytes | None = None) -> None:
         self._send = send
         self._extra = extra
+        self._strip = strip
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             message = dict(message)
-            message["headers"] = [*message.get("headers", ()), *self._extra]
+            headers = message.get("headers", ())
+            if self._strip is not None:
+                headers, _ = take_header(headers, self._strip)
+            message["headers"] = [*headers, *self._extra]
         await self._send(message)
+
+
+def take_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> tuple[list[Any], list[str]]:
+    """``headers`` without the ones named ``name`` (lowercase), and those headers' values."""
+    kept: list[Any] = []
+    taken: list[str] = []
+    for header in headers:
+        if header[0].lower() == name:
+            taken.append(bytes(header[1]).decode("latin-1"))
+        else:
+            kept.append(header)
+    return kept, taken
 
 
 def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
