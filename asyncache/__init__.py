@@ -19,20 +19,29 @@ from .decorator import (
     MethodWarning,
     cached_prediction,
 )
-from .engine import StoreCheck
+from .engine import StoreCheck, TrustReport
 from .errors import (
     AsyncacheError,
     ConfigurationError,
     DecodeError,
     OffloadError,
     ReplayMiss,
+    ReplayRefused,
     SchemaVersionError,
     SignatureError,
     StoreError,
     WorkerDiedError,
 )
 from .keys import KEY_VERSION, make_key
-from .stores import DecisionStore, Entry, LeaseStore, MemoryStore, open_store, register_store
+from .stores import (
+    DecisionStore,
+    Entry,
+    Forgetting,
+    LeaseStore,
+    MemoryStore,
+    open_store,
+    register_store,
+)
 
 if typing.TYPE_CHECKING:
     from .offload import DeviceOffload, Offload, ProcessOffload, ThreadOffload
@@ -78,6 +87,7 @@ __all__ = [
     "Decoded",
     "DeviceOffload",
     "Entry",
+    "Forgetting",
     "LeaseStore",
     "MemoryStore",
     "MethodWarning",
@@ -85,11 +95,13 @@ __all__ = [
     "OffloadError",
     "ProcessOffload",
     "ReplayMiss",
+    "ReplayRefused",
     "SchemaVersionError",
     "SignatureError",
     "StoreCheck",
     "StoreError",
     "ThreadOffload",
+    "TrustReport",
     "WorkerDiedError",
     "__version__",
     "cached_prediction",

@@ -24,6 +24,7 @@ from .engine import (
     StoreGuard,
     TtlHook,
     check_store,
+    forget,
 )
 from .errors import ConfigurationError
 from .keys import KeyBuilder
@@ -32,7 +33,7 @@ from .stores.memory import MemoryStore
 from .stores.protocol import DecisionStore
 
 if TYPE_CHECKING:
-    from .engine import Compare, MismatchHook, WarmSummary
+    from .engine import BreachHook, Compare, MismatchHook, Trust, TrustReport, WarmSummary
 
 __all__ = ["MISS", "MODES", "AdmitHook", "DecisionCache", "Mode", "TtlHook"]
 
@@ -121,6 +122,18 @@ class DecisionCache:
         on_mismatch: ``on_mismatch(inputs, stored, fresh)`` on each audit or
             shadow disagreement; may be a coroutine function.
         audit_concurrency: most audits running at once; more are dropped.
+        audit_replace: an audit that disagrees stores the fresh decision in
+            place of the one it read (compare-and-set: a decision stored since
+            stays). ``False`` only counts and reports the disagreement.
+        max_wrong_rate: with ``audit_rate``, a namespace's (a function's, a
+            route's) hits are served only while the upper confidence bound of
+            the share of its audited hits that disagreed is at most this;
+            otherwise each hit is computed, compared (an audit) and repaired.
+            ``None`` (the default) measures without acting (``trust()``).
+        confidence: of that one-sided (Clopper-Pearson) bound.
+        trust_window: audit outcomes kept per namespace for the bound.
+        on_breach: ``on_breach(namespace, report)`` when a namespace's hits
+            stop being served (a ``TrustReport``); may be a coroutine function.
         mode: ``"live"`` serves hits; ``"shadow"`` computes every call,
             returns the fresh result, fills the store and counts whether the
             stored decision would have been served and agreed; ``"record"``
@@ -193,6 +206,11 @@ class DecisionCache:
         audit: Compare | None = None,
         on_mismatch: MismatchHook | None = None,
         audit_concurrency: int = 4,
+        audit_replace: bool = True,
+        max_wrong_rate: float | None = None,
+        confidence: float = 0.95,
+        trust_window: int = 1000,
+        on_breach: BreachHook | None = None,
         mode: Mode = "live",
         stale_while_revalidate: float = 0.0,
         stale_if_error: float = 0.0,
@@ -215,6 +233,9 @@ class DecisionCache:
             raise ValueError(f"store_wait must be zero or a positive number, got {store_wait!r}")
         if not 0.0 <= audit_rate <= 1.0:
             raise ValueError(f"audit_rate must be between 0 and 1, got {audit_rate!r}")
+        if max_wrong_rate is not None and audit_rate == 0:
+            # Without audits a namespace would never earn trust (or never lose it).
+            raise ValueError("max_wrong_rate needs audits: set audit_rate above 0")
         freshness = Freshness.checked(
             stale_while_revalidate=stale_while_revalidate,
             stale_if_error=stale_if_error,
@@ -253,6 +274,7 @@ class DecisionCache:
         self.enabled = enabled
         self._builders: dict[tuple[str, str], KeyBuilder] = {}
         self._closed = False
+        self._trust: Trust | None = None
         if audit_rate > 0 or mode == "shadow":
             # Imported here: a cache that neither audits nor shadows never loads it.
             from .engine import Auditor
@@ -263,7 +285,21 @@ class DecisionCache:
                 compare=audit,
                 on_mismatch=on_mismatch,
                 concurrency=audit_concurrency,
+                replace=audit_replace,
             )
+            if audit_rate > 0:
+                from .engine import Trust
+
+                self._trust = auditor.trust = self.engine.trust = Trust(
+                    self.engine,
+                    lambda key, inputs, stored, fresh: auditor.judge(
+                        key, inputs, stored, fresh, shadow=False
+                    ),
+                    max_wrong_rate=max_wrong_rate,
+                    confidence=confidence,
+                    window=trust_window,
+                    on_breach=on_breach,
+                )
             self.engine.auditor = auditor
             # An audit runs the model and may write: never in replay.
             self.engine.sampler = auditor if audit_rate > 0 and mode != "replay" else None
@@ -446,6 +482,33 @@ class DecisionCache:
             key, result, inputs=inputs, compute_seconds=compute_seconds
         )
 
+    async def forget(
+        self,
+        tags: Iterable[str] = (),
+        scope: Any = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Drop every decision of this cache's namespace with any of ``tags`` or under ``scope``.
+
+        Tags are what ``tags=`` (decorator, middleware) and the app's
+        ``Cache-Tag`` header named; a scope is what ``scope=`` returned. Both
+        given: a decision with either goes. Returns how many were dropped.
+        After it returns no process serves a decision stored before the call
+        (memory tiers of other processes drop theirs within 100 ms), and a
+        computation that began before it stores nothing. See docs/forgetting.md.
+
+        Raises:
+            ValueError: neither tags nor a scope was given.
+            TypeError: the store cannot forget (it names the store).
+            ReplayRefused: the cache replays; replay never writes.
+            StoreError: the store failed; what it dropped so far stays dropped.
+        """
+        return await forget(
+            self.engine, self.namespace, tags, scope, dry_run=dry_run, progress=progress
+        )
+
     # -- pre-warming ---------------------------------------------------------
 
     async def warm(
@@ -501,10 +564,22 @@ class DecisionCache:
         """Every counter, the in-flight gauge and the store's own stats when it has them."""
         counters = self.engine.stats.as_dict()
         counters["in_flight"] = len(self.engine.flights)
+        trust = self._trust
+        counters["wrong_rate_upper"] = 0.0 if trust is None else trust.highest()
         store_stats = getattr(self.store, "stats", None)
         if callable(store_stats):
             counters["store"] = store_stats()
         return counters
+
+    def trust(self) -> dict[str, TrustReport]:
+        """Each namespace's (function's, route's) audit window: audits, mismatched, the
+        upper bound of its wrong rate, and whether its hits are served.
+
+        Empty without ``audit_rate``. Windows are this process's: each replica
+        of a fleet keeps its own.
+        """
+        trust = self._trust
+        return {} if trust is None else trust.reports()
 
     def reset_stats(self) -> None:
         """Set every counter back to zero."""

@@ -23,6 +23,7 @@ __all__ = [
     "DecodeError",
     "OffloadError",
     "ReplayMiss",
+    "ReplayRefused",
     "SchemaVersionError",
     "SignatureError",
     "StoreError",
@@ -137,6 +138,10 @@ class ReplayMiss(AsyncacheError):
     def named(self, function: str) -> ReplayMiss:
         """The same miss, naming ``function``."""
         return ReplayMiss(function, self.digest, self.key, self.reason, self.detail)
+
+
+class ReplayRefused(AsyncacheError):
+    """``mode="replay"`` was asked to change the store (``forget``); replay never writes."""
 
 
 class OffloadError(AsyncacheError):

@@ -36,6 +36,11 @@ COUNTER_MEANINGS: dict[str, str] = {
     "audit_mismatched": "Audits where the fresh decision disagreed with the stored one.",
     "audits_dropped": "Sampled hits not audited because audit_concurrency was reached.",
     "audit_errors": "Audits whose recomputation failed.",
+    "repairs": "Stored decisions an audit or a doubt computation disagreed with, replaced.",
+    "verified_hits": "Hits served while their namespace's wrong-rate bound was within the limit.",
+    "doubt_computes": "Hits computed instead: their namespace's bound was past max_wrong_rate.",
+    "breaches": "Times a namespace's bound passed max_wrong_rate and its hits stopped serving.",
+    "wrong_rate_upper": "The highest upper confidence bound of the audited wrong rate.",
     "shadow_would_hit": "Shadow-mode calls that the stored decision would have answered.",
     "shadow_agreed": "Shadow-mode would-be hits that agreed with the fresh decision.",
     "shadow_mismatched": "Shadow-mode would-be hits that disagreed with the fresh decision.",
@@ -48,6 +53,7 @@ COUNTER_MEANINGS: dict[str, str] = {
     "compute_seconds_saved": "Compute seconds hits saved (each hit adds its entry's compute time).",
     "streams": "Calls of streamed predictions (async generators), hits and misses alike.",
     "stream_chunks": "Chunks streamed to callers' flights or replayed from the store.",
+    "forgotten": "Decisions dropped by forget(tags=..., scope=...).",
     "in_flight": "Computations running now.",
     "hit_rate": "hits / (hits + misses) since the last reset.",
 }
@@ -75,6 +81,10 @@ _COUNTERS = (
     "audit_mismatched",
     "audits_dropped",
     "audit_errors",
+    "repairs",
+    "verified_hits",
+    "doubt_computes",
+    "breaches",
     "shadow_would_hit",
     "shadow_agreed",
     "shadow_mismatched",
@@ -86,6 +96,7 @@ _COUNTERS = (
     "passes",
     "streams",
     "stream_chunks",
+    "forgotten",
 )
 
 
@@ -117,6 +128,10 @@ class CacheStats:
     audit_mismatched: int
     audits_dropped: int
     audit_errors: int
+    repairs: int
+    verified_hits: int
+    doubt_computes: int
+    breaches: int
     shadow_would_hit: int
     shadow_agreed: int
     shadow_mismatched: int
@@ -128,6 +143,7 @@ class CacheStats:
     passes: int
     streams: int
     stream_chunks: int
+    forgotten: int
     compute_seconds_saved: float
     lease_wait_seconds: float
 

@@ -740,12 +740,14 @@ def main() -> None:
         help="only the side-by-side part for the default settings (Server-Timing on)",
     )
     parser.add_argument("--before", type=Path, help="with --timing: a checkout to compare")
+    parser.add_argument("--rounds", type=int, help="with --timing: side-by-side rounds (10)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--server", default="uvicorn", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.timing:
-        table = timing_side_by_side(2, 4 if args.quick else 10, args.before)
+        rounds = args.rounds or (4 if args.quick else 10)
+        table = timing_side_by_side(2, rounds, args.before)
         if args.json:
             Path(args.json).write_text(json.dumps({"timing_side_by_side": table}, indent=2))
         return

@@ -29,6 +29,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     before_options(parser)
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
+    parser.add_argument(
+        "--rounds", type=int, help="side-by-side rounds (10; more: steadier medians)"
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the rows as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -36,6 +39,7 @@ def main() -> None:
         out = Path(scratch) / "timing.json"
         command = [sys.executable, str(HERE / "middleware.py"), "--timing", "--before", str(tree)]
         command += ["--json", str(out)] + ["--quick"] * args.quick
+        command += ["--rounds", str(args.rounds)] if args.rounds else []
         subprocess.run(command, check=True)
         table = json.loads(out.read_text())["timing_side_by_side"]
     if args.json:
@@ -52,7 +56,9 @@ def main() -> None:
         ]
         document = {
             "title": "The middleware's hit with its default settings, before and after",
-            "command": f"python benchmarks/middleware_timing.py {said}" + " --quick" * args.quick,
+            "command": f"python benchmarks/middleware_timing.py {said}"
+            + " --quick" * args.quick
+            + (f" --rounds {args.rounds}" if args.rounds else ""),
             "columns": table["columns"],
             "rows": table["rows"],
             "notes": notes,

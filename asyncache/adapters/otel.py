@@ -44,7 +44,7 @@ __all__ = ["GAUGES", "OpenTelemetryInstrumentation", "instrument"]
 
 logger = logging.getLogger("asyncache")
 
-GAUGES = frozenset({"in_flight", "hit_rate"})
+GAUGES = frozenset({"in_flight", "hit_rate", "wrong_rate_upper"})
 """``stats()`` fields that go up and down; every other numeric one only grows."""
 
 # The span of the flight running in this task, for on_compute to annotate.

@@ -49,7 +49,7 @@ DEFAULT_BUCKETS: tuple[float, ...] = (
 """Compute-time buckets in seconds: from a small ONNX model on CPU to a large batch on GPU."""
 
 # stats() fields that go up and down; everything else numeric only grows (until reset_stats).
-_GAUGES = frozenset({"in_flight", "hit_rate"})
+_GAUGES = frozenset({"in_flight", "hit_rate", "wrong_rate_upper"})
 
 _HELP = COUNTER_MEANINGS
 

@@ -6,13 +6,14 @@
     asyncache stats URL [--live HTTP_URL] [--json]
     asyncache prune URL
     asyncache clear URL [--yes]
+    asyncache forget URL --tag T [--tag T2 ...] [--scope S] [--namespace N] [--dry-run]
     asyncache warm module:function FILE.jsonl [--store URL] [--concurrency N]
     asyncache copy SRC_URL DST_URL [--namespace N]
     asyncache export URL [--output FILE] [--namespace N]
     asyncache import URL [FILE]
     asyncache demo [demo options]
 
-One module per command (``stats``, ``prune``, ``clear``, ``warm``, ``copy``,
+One module per command (``stats``, ``prune``, ``clear``, ``forget``, ``warm``, ``copy``,
 ``export``, ``import`` (in ``load``), ``demo``), each with a ``run(args)``;
 ``common`` and ``entries`` hold what they share. Every failure
 the user can cause (a bad URL, a missing extra, an unreadable file, a module
@@ -44,6 +45,7 @@ from .common import FAILED, USAGE, CliError, one_line
 from .copy import run as run_copy
 from .demo import run as run_demo
 from .export import run as run_export
+from .forget import run as run_forget
 from .load import run as run_import
 from .prune import run as run_prune
 from .stats import run as run_stats
@@ -120,6 +122,22 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("url", help="store URL")
     clear.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     clear.set_defaults(run=run_clear)
+
+    forget = commands.add_parser(
+        "forget", help="drop every decision with some tags, or of a scope, on every replica"
+    )
+    forget.add_argument("url", help="store URL")
+    forget.add_argument(
+        "--tag", action="append", default=[], metavar="T", help="a tag (repeat for more)"
+    )
+    forget.add_argument("--scope", metavar="S", help="a scope (tenant) whose decisions go")
+    forget.add_argument(
+        "--namespace", metavar="N", help="the cache's namespace (DecisionCache(namespace=N))"
+    )
+    forget.add_argument("--dry-run", action="store_true", help="count, drop nothing")
+    forget.add_argument("--no-progress", action="store_true", help="no progress bar")
+    forget.add_argument("--json", action="store_true", help="print the result as JSON")
+    forget.set_defaults(run=run_forget)
 
     warm = commands.add_parser("warm", help="compute known requests ahead of traffic")
     warm.add_argument("function", help="module:function, a @cached_prediction function")

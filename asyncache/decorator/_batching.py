@@ -28,8 +28,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ..engine import Call, Freshness, ItemsCall, failed_together, overridden
+from ..engine import Call, Freshness, ItemsCall, failed_together, judged_as, overridden
 from ..errors import DecodeError, OffloadError, ReplayMiss
+from ..tags import Tagging, tag_source, tagging
 from ._returns import rebuild_each
 
 __all__ = ["Batched", "BatchedPrediction", "Batcher", "MicroBatcher", "batched_prediction"]
@@ -67,6 +68,7 @@ class Batched(Generic[B]):
         scope: Callable[[Any], Any] | None,
         rebuild: Callable[[Any], Any] | None = None,
         freshness: Freshness | None = None,
+        tags: Callable[[Any], Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         self._rebuild = rebuild
@@ -77,6 +79,7 @@ class Batched(Generic[B]):
         self._key_of = key_of
         self._inputs = key
         self._scope = scope
+        self._tags = tags
 
     def __repr__(self) -> str:
         return f"<batched prediction {self.namespace} {self.batcher!r}>"
@@ -116,8 +119,26 @@ class Batched(Generic[B]):
         return [rebuild(value) for value in await self._values(listed, keys, single)]
 
     async def _values(self, listed: list[Any], keys: list[bytes], single: bool) -> list[Any]:
+        if self._scope is not None or self._tags is not None:
+            # What this call stores carries each item's tags and scope (``asyncache.tags``).
+            namespace, scope, tags = self.cache.namespace, self._scope, self._tags
+            marks = {
+                key: Tagging(
+                    namespace,
+                    scope=None if scope is None else scope(item),
+                    source=tag_source(tags, (item,), {}),
+                )
+                for key, item in zip(keys, listed, strict=True)
+            }
+            with tagging(marks):
+                return await self._untagged(listed, keys, single)
+        return await self._untagged(listed, keys, single)
+
+    async def _untagged(self, listed: list[Any], keys: list[bytes], single: bool) -> list[Any]:
         # The function's own freshness settings, for what this call computes and stores.
         token = None if self._freshness is None else overridden.set(self._freshness)
+        # Its own audit window (asyncache.engine._trust), when the cache keeps them.
+        judged = None if self.cache.engine.trust is None else judged_as.set(self.namespace)
         try:
             if single:
                 submit, item = self.batcher.submit, listed[0]
@@ -129,6 +150,8 @@ class Batched(Generic[B]):
         finally:
             if token is not None:
                 overridden.reset(token)
+            if judged is not None:
+                judged_as.reset(judged)
 
     async def uncached(self, item: Any, /) -> Any:
         results = await self.batcher.run_many([item])
@@ -391,6 +414,7 @@ def batched_prediction(
     namespace: str | None = None,
     key: Callable[[Any], Any] | None = None,
     scope: Callable[[Any], Any] | None = None,
+    tags: Callable[[Any], Any] | None = None,
     fingerprint: str | dict[str, Any] | None = None,
     offload: str | Offload | None = None,
     max_batch_size: int = 64,
@@ -403,7 +427,7 @@ def batched_prediction(
     """Wrap a batch function so single-item callers share forward passes.
 
     The engine behind ``@cached_prediction(cache, batch=True, ...)``; see there
-    for the options. ``key(item)`` and ``scope(item)`` take one item. The ttl
+    for the options. ``key(item)``, ``scope(item)`` and ``tags(item)`` take one item. The ttl
     and admit hooks receive the item as their ``inputs``. ``encode(result)``
     turns each item's result into what is stored; ``rebuild(stored)`` turns
     what a caller gets back into the declared type (``asyncache.decorator._returns``).
@@ -448,7 +472,7 @@ def batched_prediction(
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__  # callable objects too
     name = namespace or f"{fn.__module__}.{qualname}"
     key_of = cache.key_builder(name, fingerprint).key
-    return Batched(fn, cache, batcher, key_of, name, key, scope, rebuild, freshness)
+    return Batched(fn, cache, batcher, key_of, name, key, scope, rebuild, freshness, tags)
 
 
 def _encoded(encode: Callable[[Any], Any], result: Any) -> Any:

@@ -18,10 +18,11 @@ from typing import (
 )
 
 from ..cache import DecisionCache
-from ..engine import MISS, Call, Freshness, overridden
+from ..engine import MISS, Call, Freshness, judged_as, overridden
 from ..errors import DecodeError, ReplayMiss
 from ..keys import KeyBuilder, RecentKeys
 from ..stores import entries_of
+from ..tags import DECISION_TAGS, Tagging, push_tags, tag_source, tagging
 from ._binding import Binder, CachedMethod
 from ._returns import Rebuild, caller_names, rebuilder, streams
 from ._streaming import streamed
@@ -150,6 +151,7 @@ def cached_prediction(
     namespace: str | None = ...,
     key: Callable[..., Any] | None = ...,
     scope: Callable[..., Any] | None = ...,
+    tags: Callable[..., Any] | None = ...,
     fingerprint: str | dict[str, Any] | None = ...,
     offload: str | Offload | None = ...,
     encode: Callable[[Any], Any] | None = ...,
@@ -174,6 +176,7 @@ def cached_prediction(
     ignore: Iterable[str] = ...,
     key: Callable[..., Any] | None = ...,
     scope: Callable[..., Any] | None = ...,
+    tags: Callable[..., Any] | None = ...,
     fingerprint: str | dict[str, Any] | None = ...,
     offload: None = ...,
     encode: Callable[[Any], Any] | None = ...,
@@ -196,6 +199,7 @@ def cached_prediction(
     ignore: Iterable[str] = ...,
     key: Callable[..., Any] | None = ...,
     scope: Callable[..., Any] | None = ...,
+    tags: Callable[..., Any] | None = ...,
     fingerprint: str | dict[str, Any] | None = ...,
     offload: str | Offload,
     encode: Callable[[Any], Any] | None = ...,
@@ -215,6 +219,7 @@ def cached_prediction(
     ignore: Iterable[str] = (),
     key: Callable[..., Any] | None = None,
     scope: Callable[..., Any] | None = None,
+    tags: Callable[..., Any] | None = None,
     fingerprint: str | dict[str, Any] | None = None,
     offload: str | Offload | None = None,
     encode: Callable[[Any], Any] | None = None,
@@ -259,7 +264,12 @@ def cached_prediction(
         key: ``key(*args, **kwargs)`` returns what identifies the call, used
             instead of the bound arguments.
         scope: ``scope(*args, **kwargs)`` returns the tenant or principal;
-            entries never cross scopes.
+            entries never cross scopes. A scope's decisions can be forgotten
+            together (``cache.forget(scope=...)``).
+        tags: ``tags(*args, **kwargs)`` (with ``batch``, ``tags(item)``), sync
+            or async, returns the tags (strings) stored with the call's
+            decision, so that ``cache.forget(tags=[...])`` drops it. Called
+            only when a decision is written.
         fingerprint: overrides the cache's fingerprint for this function.
         offload: where a sync function runs on a miss: ``"thread"``,
             ``"process"`` or an ``Offload``. Hits never touch it.
@@ -317,6 +327,7 @@ def cached_prediction(
                 namespace=namespace,
                 key=key,
                 scope=scope,
+                tags=tags,
                 fingerprint=fingerprint,
                 offload=offload,
                 max_batch_size=max_batch_size,
@@ -359,7 +370,7 @@ def cached_prediction(
         binder: Binder[P] = Binder(fn, ignore)
         name = namespace or f"{fn.__module__}.{fn.__qualname__}"
         builder = cache.key_builder(name, fingerprint)
-        wrapper = _wrap(fn, cache, binder, run, name, key, scope, builder, policy)
+        wrapper = _wrap(fn, cache, binder, run, name, key, scope, tags, builder, policy)
 
         def make_key(*args: Any, **kwargs: Any) -> bytes:
             inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
@@ -399,6 +410,7 @@ def cached_prediction(
             name=name,
             key=key,
             scope=scope,
+            tags=tags,
             builder=builder,
             encode=encode,
             rebuild=rebuild,
@@ -431,6 +443,7 @@ def _wrap(
     name: str,
     key: Callable[..., Any] | None,
     scope: Callable[..., Any] | None,
+    tags: Callable[..., Any] | None,
     builder: KeyBuilder,
     policy: Freshness | None,
 ) -> Callable[..., Awaitable[Any]]:
@@ -441,6 +454,8 @@ def _wrap(
     async def compute(cache_key: bytes, inputs: Any, args: Any, kwargs: Any) -> Any:
         # The function's own freshness settings, for the flight this call may start.
         token = None if policy is None else overridden.set(policy)
+        # Its own audit window (asyncache.engine._trust), when the cache keeps them.
+        judged = None if cache.engine.trust is None else judged_as.set(name)
         try:
             return await get_or_compute(cache_key, Call(run, args, kwargs), inputs)
         except ReplayMiss as miss:
@@ -448,6 +463,8 @@ def _wrap(
         finally:
             if token is not None:
                 overridden.reset(token)
+            if judged is not None:
+                judged_as.reset(judged)
 
     if key is None and scope is None:
         make = binder.make if binder.make is not None else dict
@@ -468,7 +485,15 @@ def _wrap(
             value = hit_now(cache_key)
             if value is not MISS:
                 return value
-            return await compute(cache_key, inputs, args, kwargs)
+            if tags is None:
+                return await compute(cache_key, inputs, args, kwargs)
+            # What this call stores carries its tags (``asyncache.tags``): a hit never asks.
+            marks = Tagging(cache.namespace, source=tag_source(tags, args, kwargs))
+            token = push_tags({cache_key: marks})
+            try:
+                return await compute(cache_key, inputs, args, kwargs)
+            finally:
+                DECISION_TAGS.reset(token)
 
     else:
 
@@ -480,8 +505,12 @@ def _wrap(
             value = hit_now(cache_key)
             if value is not MISS:
                 return value
-            # What this call stores counts against its scope's budget in a memory store.
-            with entries_of(where):
+            if where is None and tags is None:
+                return await compute(cache_key, inputs, args, kwargs)
+            # What this call stores counts against its scope's budget in a memory store,
+            # and carries its tags and scope (``asyncache.tags``) so that it can be forgotten.
+            marks = Tagging(cache.namespace, scope=where, source=tag_source(tags, args, kwargs))
+            with entries_of(where), tagging({cache_key: marks}):
                 return await compute(cache_key, inputs, args, kwargs)
 
     return wrapper

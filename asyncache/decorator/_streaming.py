@@ -12,6 +12,7 @@ hand out chunks of the same types.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
@@ -21,6 +22,7 @@ from ..cache import DecisionCache
 from ..engine import Call, Freshness, cached_stream
 from ..errors import ReplayMiss
 from ..keys import KeyBuilder
+from ..tags import DECISION_TAGS, Tagging, tag_source
 from ._binding import Binder
 from ._returns import Rebuild
 
@@ -35,6 +37,7 @@ def streamed(
     name: str,
     key: Callable[..., Any] | None,
     scope: Callable[..., Any] | None,
+    tags: Callable[..., Any] | None,
     builder: KeyBuilder,
     encode: Callable[[Any], Any] | None,
     rebuild: Rebuild | None,
@@ -71,6 +74,20 @@ def streamed(
         return Call(run, args, kwargs)
 
     async def chunks(
+        cache_key: bytes, inputs: Any, args: Any, kwargs: Any, marks: Tagging
+    ) -> AsyncGenerator[Any, None]:
+        # The stream's flight starts in the context of its first step, so its decision
+        # carries the tags set here (``asyncache.tags``).
+        token = DECISION_TAGS.set({cache_key: marks})
+        try:
+            async with aclosing(_chunks(cache_key, inputs, args, kwargs)) as inner:
+                async for chunk in inner:
+                    yield chunk
+        finally:
+            with contextlib.suppress(ValueError):  # stepped from another task: its own context
+                DECISION_TAGS.reset(token)
+
+    async def _chunks(
         cache_key: bytes, inputs: Any, args: Any, kwargs: Any
     ) -> AsyncGenerator[Any, None]:
         flow = cached_stream(
@@ -82,6 +99,7 @@ def streamed(
             pace=pace,
             max_chunks=max_chunks,
             freshness=freshness,
+            namespace=name,
         )
         try:
             async with aclosing(flow):
@@ -94,7 +112,11 @@ def streamed(
         # Keyed when called, as a generator's arguments are bound when it is called.
         inputs = key(*args, **kwargs) if key is not None else binder.bind(args, kwargs)
         where = scope(*args, **kwargs) if scope is not None else None
-        return chunks(builder.key(inputs, where), inputs, args, kwargs)
+        cache_key = builder.key(inputs, where)
+        if where is None and tags is None:
+            return _chunks(cache_key, inputs, args, kwargs)
+        marks = Tagging(cache.namespace, scope=where, source=tag_source(tags, args, kwargs))
+        return chunks(cache_key, inputs, args, kwargs, marks)
 
     if awaited:
 

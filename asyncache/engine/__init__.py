@@ -15,7 +15,9 @@ here, never from its underscore modules. Its modules:
   raised rather than a miss) and the shared deadlines of one call;
 - ``_check``: the startup check, one round trip to the store;
 - ``_leases``: one computation per fleet, through the store's leases;
+- ``_forget``: dropping decisions by tag or scope (``cache.forget``);
 - ``_audit``: sampled audits of hits and shadow mode;
+- ``_trust``: audit windows, the wrong-rate bound, and doubting hits past it;
 - ``_warm``: pre-warming from a list of inputs;
 - ``_broadcast``: a computation's pieces shared live by its flight's callers;
 - ``_memo``: decoded results of recent hits, by key;
@@ -39,6 +41,7 @@ from ._engine import (
     unwrap,
 )
 from ._flights import Flight, error_for_caller
+from ._forget import forget
 from ._freshness import Freshness, StaleHit, failed_together, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
@@ -52,6 +55,7 @@ from ._runtime import (
     wait_for,
 )
 from ._streams import cached_stream
+from ._trust import BreachHook, Trust, TrustReport, judged_as
 from ._warm import WarmSummary, warm
 
 __all__ = [
@@ -59,6 +63,7 @@ __all__ = [
     "MISS",
     "AdmitHook",
     "Auditor",
+    "BreachHook",
     "Broadcast",
     "Call",
     "Compare",
@@ -77,6 +82,8 @@ __all__ = [
     "StaleHit",
     "StoreCheck",
     "StoreGuard",
+    "Trust",
+    "TrustReport",
     "TtlHook",
     "Unshared",
     "WarmSummary",
@@ -86,7 +93,9 @@ __all__ = [
     "check_store",
     "error_for_caller",
     "failed_together",
+    "forget",
     "is_cancellation",
+    "judged_as",
     "lease_store",
     "new_event",
     "overridden",

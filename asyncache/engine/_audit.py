@@ -12,15 +12,18 @@ changes because of one.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..codec import Decoded, round_trip
 from ..keys import canonical
-from ._engine import Engine, unwrap
+from ._engine import Engine, Unshared, lifetime, unwrap
+
+if TYPE_CHECKING:
+    from ._trust import Trust
 
 __all__ = ["Auditor", "Compare", "MismatchHook", "same_decision"]
 
@@ -58,9 +61,20 @@ class Auditor:
             disagreement; may be a coroutine function.
         concurrency: most audits running at once; sampled hits beyond it are
             dropped and counted in ``audits_dropped``.
+        replace: an audit that disagrees stores the fresh decision in place of
+            the one it read (compare-and-set: a newer decision stays).
     """
 
-    __slots__ = ("_engine", "compare", "concurrency", "on_mismatch", "rate", "running")
+    __slots__ = (
+        "_engine",
+        "compare",
+        "concurrency",
+        "on_mismatch",
+        "rate",
+        "replace",
+        "running",
+        "trust",
+    )
 
     def __init__(
         self,
@@ -70,6 +84,7 @@ class Auditor:
         compare: Compare | None,
         on_mismatch: MismatchHook | None,
         concurrency: int,
+        replace: bool = True,
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"audit_rate must be between 0 and 1, got {rate!r}")
@@ -80,13 +95,19 @@ class Auditor:
         self.compare: Compare = same_decision if compare is None else compare
         self.on_mismatch = on_mismatch
         self.concurrency = concurrency
+        self.replace = replace
         self.running = 0
+        # The audit windows and the bound (asyncache.engine._trust); set by DecisionCache.
+        self.trust: Trust | None = None
 
     def sample(
         self, key: bytes, value: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
     ) -> None:
         """Maybe audit a hit on ``key`` whose stored envelope is ``value``; never waits."""
-        if random.random() >= self.rate:
+        rate = self.rate
+        if self.trust is not None:
+            rate = self.trust.audit_rate(self.trust.namespace(), rate)
+        if random.random() >= rate:
             return
         engine = self._engine
         if self.running >= self.concurrency or engine.closed:
@@ -102,8 +123,12 @@ class Auditor:
         try:
             # Decoded again here: the caller owns (and may mutate) the copy it was given.
             stored = engine.decode(key, value).value
-            fresh = unwrap(await compute())
-            self.judge(key, inputs, stored, fresh, shadow=False)
+            started = time.perf_counter()
+            result = await compute()
+            seconds = time.perf_counter() - started
+            fresh = unwrap(result)
+            if not self.judge(key, inputs, stored, fresh, shadow=False) and self.replace:
+                await self._repair(key, value, result, inputs, seconds)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -111,6 +136,25 @@ class Auditor:
             engine.log.warning("audit", "asyncache: an audit failed: %r", exc)
         finally:
             self.running -= 1
+
+    async def _repair(
+        self, key: bytes, value: bytes, result: Any, inputs: Any, seconds: float
+    ) -> None:
+        """Store an audit's fresh decision in place of the stored envelope ``value``, if
+        ``key`` still holds it: a decision stored since is newer, and stays."""
+        if isinstance(result, Unshared):
+            return
+        engine = self._engine
+        fresh, fresh_for = lifetime(result)
+        prepared = engine.prepare(key, fresh, inputs, seconds, fresh_for)
+        if prepared is None:
+            return
+        new, expires_at = prepared
+        entry = await engine.guard.call(
+            "replace", lambda: engine.replace_entry(key, value, new, expires_at)
+        )
+        if entry is not None and entry.value == new:
+            engine.stats.repairs += 1
 
     def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:
         """Count one shadow call: a miss, or a hit that would have agreed or not."""
@@ -140,24 +184,12 @@ class Auditor:
                 stats.audit_agreed += 1
             else:
                 stats.audit_mismatched += 1
+            if self.trust is not None:
+                self.trust.record(self.trust.namespace(), agreed)
         if not agreed and self.on_mismatch is not None:
             self._report(inputs, stored, fresh)
         return agreed
 
     def _report(self, inputs: Any, stored: Any, fresh: Any) -> None:
         assert self.on_mismatch is not None
-        try:
-            outcome = self.on_mismatch(inputs, stored, fresh)
-        except Exception as exc:
-            self._engine.log.warning("on_mismatch", "asyncache: on_mismatch raised: %r", exc)
-            return
-        if inspect.isawaitable(outcome):
-            self._engine.spawn(self._await_hook(outcome))
-
-    async def _await_hook(self, outcome: Awaitable[Any]) -> None:
-        try:
-            await outcome
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._engine.log.warning("on_mismatch", "asyncache: on_mismatch raised: %r", exc)
+        self._engine.tell("on_mismatch", self.on_mismatch, inputs, stored, fresh)

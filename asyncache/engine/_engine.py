@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import math
 import time
@@ -60,7 +61,7 @@ from ._freshness import (
     revive_error,
     same_error,
 )
-from ._guard import BUGS, StoreGuard, new_request
+from ._guard import BUGS, StoreGuard, new_request, timed_out_before
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
 
@@ -204,6 +205,8 @@ class Engine:
         # The hit path tests this one attribute: None unless audits are sampled.
         self.sampler: Sampler | None = None
         self.leases: Leasing | None = None
+        # Audit windows and the wrong-rate bound (asyncache.engine._trust); with audits only.
+        self.trust: Doubting | None = None
         # Told when each flight starts and ends (the OpenTelemetry adapter's spans).
         self.observer: FlightObserver | None = None
         self._renewing: set[bytes] = set()
@@ -258,6 +261,7 @@ class Engine:
         entry: Entry,
         made: Callable[[Any], Any] | None = None,
         uses: int = 1,
+        audited: bool = False,
     ) -> Any:
         """A hit on ``entry``: its decision (``made(decision)`` when ``made`` is given),
         counted ``uses`` times, its expiry maybe pushed out.
@@ -273,6 +277,11 @@ class Engine:
             StaleHit: the entry is past its ttl (``asyncache.engine._freshness``).
             ErrorHit: the entry is a cached error; its ``error`` is for the caller.
             Exception: whatever ``made`` raised (the caller answers in full instead).
+
+        ``audited``: the door audits this hit; with ``max_wrong_rate``, a hit its
+        namespace has not earned trust for is raised as a ``StaleHit`` outside
+        every window, which each door computes as a miss that replaces the entry
+        (``asyncache.engine._trust``).
         """
         value = entry.value
         known = self.recent.get(key, value, made)
@@ -301,6 +310,8 @@ class Engine:
             fresh_until = entry.expires_at - windows
             if now >= fresh_until:
                 raise StaleHit(result, entry, revalidate=now < fresh_until + revalidate)
+        if audited and self.trust is not None and self.trust.doubts(key, entry):
+            raise StaleHit(result, entry, revalidate=False)
         stats = self.stats
         stats.hits += uses
         stats.compute_seconds_saved += saved * uses
@@ -485,7 +496,7 @@ class Engine:
             Exception: a cached error (``cache_errors``), raised again.
         """
         try:
-            value = self.hit(key, entry, uses=uses)
+            value = self.hit(key, entry, uses=uses, audited=recompute is not None)
         except DecodeError as exc:
             if self.mode == "replay":
                 self.stats.corrupt += 1
@@ -1028,18 +1039,33 @@ class Engine:
         if prepared is None:
             return result
         value, expires_at = prepared
+        if replacing is not None and self.trust is not None:
+            # A doubted hit's computation is judged first; agreeing, the entry stands.
+            stands = self.trust.judge_doubted(key, replacing, result, inputs)
+            if stands is not None:
+                return stands.value  # type: ignore[no-any-return]
         if replacing is None:
             if self.store_wait and self.leases is not None:
                 # The waiting mode: a decision made under a lease that is not stored
                 # would be made again, differently, by the next process to miss.
                 entry = await self.leases.store(key, value, expires_at)
             else:
+                sent = self.leases is not None and self.sends("add")
                 entry = await self.guard.call("add", lambda: self.store.add(key, value, expires_at))
+                if entry is None and sent:
+                    # Our lease may have run out (a stalled loop) and another's decision be
+                    # stored: that one is every caller's, ours too (docs/leases.md).
+                    entry = await self.leases.read_back(key)  # type: ignore[union-attr]
         else:
             entry = await self.guard.call(
                 "replace", lambda: self.replace_entry(key, replacing, value, expires_at)
             )
         return self.winner(key, value, entry, result)  # type: ignore[no-any-return]
+
+    def sends(self, what: str) -> bool:
+        """Whether a store call ``what`` made now is sent: not skipped because the store
+        cools down or this request already paid its store timeout."""
+        return not (timed_out_before(what) or self.guard.cooling(what))
 
     async def replace_entry(
         self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
@@ -1178,14 +1204,18 @@ class Engine:
 
     def winner(self, key: bytes, value: bytes, entry: Entry | None, result: Any) -> Any:
         """What every caller of a flight receives once its ``add`` returned ``entry``."""
-        if entry is None:
-            chosen = value  # the store failed: hand back our own decision
-        elif entry.value == value:
-            self.stats.stores += 1
-            chosen = value
-        else:
+        if entry is not None and entry.value != value:
             self.stats.conflicts += 1
-            chosen = entry.value
+            chosen = entry.value  # another process's decision was stored first
+        else:
+            if entry is not None:
+                self.stats.stores += 1
+            # else the store failed: hand back our own decision
+            if _decodes_as_itself(result):
+                # Equal to decoding the value just encoded, and cheaper; a list of its own,
+                # as decoding gives (the model may reuse the one it returned).
+                return list(result) if type(result) is list else result
+            chosen = value
         try:
             decoded = self.decode(key, chosen)
             if decoded.error is not None:
@@ -1460,8 +1490,13 @@ class Engine:
             waiting.append((flight, result))
         if not pending:
             return
+        sent = self.leases is not None and self.sends("add_many")
         added = await self.guard.call("add_many", lambda: self.store.add_many(pending))
         winners: list[Entry | None] = list(added) if added else [None] * len(pending)
+        if added is None and sent:  # as store_result reads back
+            leases = self.leases
+            assert leases is not None
+            winners = list(await asyncio.gather(*(leases.read_back(k) for k, _, _ in pending)))
         for (key, value, _), (flight, result), entry in zip(pending, waiting, winners, strict=True):
             try:
                 flight.set_result(self.winner(key, value, entry, result))
@@ -1581,6 +1616,25 @@ class Engine:
                 return replay_miss(key, inputs, "expired", f"at {stamp}")
         return replay_miss(key, inputs)
 
+    def tell(self, name: str, hook: Callable[..., Any], *args: Any) -> None:
+        """Call a user's hook (``on_mismatch``, ``on_breach``), sync or async: a coroutine
+        runs as an owned background task; what it raises is logged, never raised."""
+        try:
+            outcome = hook(*args)
+        except Exception as exc:
+            self.log.warning(name, f"asyncache: {name} raised: %r", exc)
+            return
+        if inspect.isawaitable(outcome):
+            self.spawn(self._await_hook(name, outcome))
+
+    async def _await_hook(self, name: str, outcome: Awaitable[Any]) -> None:
+        try:
+            await outcome
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning(name, f"asyncache: {name} raised: %r", exc)
+
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run ``work`` as an owned background task, awaited by ``aclose`` (asyncio)."""
         return spawn(work, self.background)
@@ -1621,7 +1675,8 @@ def replay_miss(
 
 # -- what the engine needs of its optional parts -------------------------------
 # The engine holds a ``Leasing`` (``_leases.Leases``) when leases are on and a
-# ``Sampler`` (``_audit.Auditor``) when audits or shadow mode are; it knows them
+# ``Sampler`` (``_audit.Auditor``) when audits or shadow mode are, and a ``Doubting``
+# (``_trust.Trust``) with audits; it knows them
 # only by these protocols, so it never imports their modules and they can import it.
 
 
@@ -1653,6 +1708,20 @@ class Sampler(Protocol):
 
     def judge_shadow(self, key: bytes, inputs: Any, stored: Decoded | None, fresh: Any) -> None:
         """Count one shadow call: a miss, or a hit that would have agreed or not."""
+        ...
+
+
+class Doubting(Protocol):
+    """What the path needs of the trust windows (``_trust.Trust``)."""
+
+    def doubts(self, key: bytes, entry: Entry) -> bool:
+        """Whether a fresh hit on ``entry`` must be computed instead of served."""
+        ...
+
+    def judge_doubted(
+        self, key: bytes, replacing: bytes, fresh: Any, inputs: Any
+    ) -> Decoded | None:
+        """Judge a doubted key's computation; the stored decision when they agree."""
         ...
 
 
@@ -1701,6 +1770,10 @@ class Leasing(Protocol):
         """Add a decision made under a lease, waiting out a failing store (``store_wait``)."""
         ...
 
+    async def read_back(self, key: bytes) -> Entry | None:
+        """The entry under ``key`` after our ``add`` failed (the first one stored wins)."""
+        ...
+
     async def aclose(self) -> None:
         """Stop renewing the leases still held."""
         ...
@@ -1736,6 +1809,26 @@ class _Single:
     def detached(self) -> _Single:
         """The same item, on a snapshot of the batch's inputs (a refresh's)."""
         return _Single(detached(self.compute), self.index)
+
+
+_SELF_DECODING = frozenset((str, bool, type(None)))
+_FLAT_LIST_MAX = 64  # past this many items a check costs about what decoding does
+
+
+def _decodes_as_itself(result: Any) -> bool:
+    """Whether decoding ``result``'s envelope gives back an equal value of the same
+    types (a miss's answer may then be ``result``, undecoded): a string, a bool,
+    ``None``, a finite float, a 64-bit int, or a short list of strings."""
+    cls = type(result)
+    if cls in _SELF_DECODING:
+        return True
+    if cls is list:
+        return len(result) <= _FLAT_LIST_MAX and all(type(item) is str for item in result)
+    if cls is int:
+        return -(2**63) <= result < 2**64  # type: ignore[no-any-return]
+    if cls is float:
+        return math.isfinite(result)
+    return False
 
 
 def _never(key: bytes) -> Any:

@@ -40,6 +40,7 @@ import functools
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import DecodeError
@@ -50,7 +51,7 @@ from ._runtime import cancel_and_wait, spawn, timeout_after
 if TYPE_CHECKING:
     from ._engine import Engine
 
-__all__ = ["LeaseStart", "Leases", "lease_store"]
+__all__ = ["LeaseLost", "LeaseStart", "Leases", "lease_lost", "lease_store"]
 
 T = TypeVar("T")
 
@@ -61,6 +62,51 @@ STALE_POLL = 0.02
 # The backoff between tries of a store that fails, under ``store_wait``.
 _REACH_FIRST = 0.05
 _REACH_MAX = 0.5
+
+
+class LeaseLost(BaseException):
+    """Raised by a computation that finds, before it hands out anything, that its
+    lease ran out and another process stored the key's decision: ``Leases.run``
+    answers with that decision instead (``adopt``).
+
+    A ``BaseException``: it is no failure of the model's, to be cached or logged.
+    """
+
+    def __init__(self, entry: Entry) -> None:
+        super().__init__("the lease ran out and another process stored first")
+        self.entry = entry
+
+
+class _Held:
+    """The lease the running flight holds: renewed last at ``renewed`` (monotonic)."""
+
+    __slots__ = ("key", "leases", "renewed", "stale", "token")
+
+    def __init__(self, leases: Leases, key: bytes, token: bytes, stale: bytes | None) -> None:
+        self.leases = leases
+        self.key = key
+        self.token = token
+        self.stale = stale
+        self.renewed = time.monotonic()
+
+
+# The lease of the flight running in this task, while its ``work`` runs.
+_HOLDING: ContextVar[_Held | None] = ContextVar("asyncache_lease_held", default=None)
+
+
+async def lease_lost() -> Entry | None:
+    """Whether the running flight's lease ran out and another process stored first.
+
+    For a computation about to hand out its first piece (a stream's first
+    chunk): the entry stored meanwhile, which every caller is to get instead,
+    or ``None`` to go on. Free while the lease was renewed within half its ttl
+    (the renewal runs every third): only an owner whose loop stalled, or whose
+    store stopped answering, asks the store.
+    """
+    held = _HOLDING.get()
+    if held is None:
+        return None
+    return await held.leases._lost(held)
 
 
 class LeaseStart(NamedTuple):
@@ -87,7 +133,7 @@ class Leases:
             owner that died.
     """
 
-    __slots__ = ("_engine", "_renewals", "_store", "ttl")
+    __slots__ = ("_engine", "_held", "_renewals", "_store", "ttl")
 
     def __init__(self, engine: Engine, store: LeaseStore, *, ttl: float) -> None:
         if not ttl > 0:
@@ -96,6 +142,8 @@ class Leases:
         self._store = store
         self.ttl = float(ttl)
         self._renewals: dict[tuple[bytes, bytes], asyncio.Task[None]] = {}
+        # The leases whose work runs, by (key, token): their last renewal's time.
+        self._held: dict[tuple[bytes, bytes], _Held] = {}
 
     async def run(
         self,
@@ -117,11 +165,62 @@ class Leases:
                 return adopt(entry)
             except DecodeError:
                 pass
+        if token is None:
+            return await work()
+        held = _Held(self, key, token, stale)
+        self._held[(key, token)] = held
+        holding = _HOLDING.set(held)
         try:
             return await work()
+        except LeaseLost as lost:
+            return adopt(lost.entry)  # the first decision stored, not ours
         finally:
-            if token is not None:
-                await self._release(key, token)
+            _HOLDING.reset(holding)
+            self._held.pop((key, held.token), None)
+            await self._release(key, held.token)
+
+    async def _lost(self, held: _Held) -> Entry | None:
+        """``lease_lost`` for ``held``: renew it if it may have run out; if another
+        process holds it now, wait for that one's decision (taking the lease over
+        anew if it dies too)."""
+        if time.monotonic() - held.renewed < self.ttl / 2:
+            return None
+        key, token = held.key, held.token
+        renew = getattr(self._store, "renew_lease", None) or self._store.acquire_lease
+        sent = time.monotonic()
+        kept = await self._call(
+            "acquire_lease", self._engine.guard.timeout, lambda: renew(key, token, self.ttl)
+        )
+        if kept is _FAILED or kept:
+            if kept is not _FAILED:
+                held.renewed = sent
+            # A store that renews with ``acquire_lease`` gives it back once the one that
+            # took it over released it: what it stored meanwhile is the decision.
+            entry = await self._look(key)
+            if entry is _FAILED or entry is None or entry.value == held.stale:
+                return None  # ours still, or no telling: go on
+            return entry  # type: ignore[no-any-return]
+        new_token, entry = await self.wait(key, held.stale)
+        if entry is not None:
+            return entry
+        if new_token is not None:
+            # Taken over anew: the old token is released, the new one by ``run``.
+            self._held.pop((key, token), None)
+            await self._release(key, token)
+            held.token, held.renewed = new_token, time.monotonic()
+            self._held[(key, new_token)] = held
+        return None
+
+    async def read_back(self, key: bytes) -> Entry | None:
+        """The entry stored under ``key``, after our ``add`` of it failed: a decision made
+        under a lease that ran out may have lost to another's, which is every caller's.
+
+        Asked even while the store cools down (one call, within the store timeout).
+        """
+        entry = await self._call(
+            "get", self._engine.guard.timeout, lambda: self._engine.store.get(key), probe=True
+        )
+        return None if entry is _FAILED else entry
 
     async def _claim(
         self, key: bytes, stale: bytes | None = None
@@ -243,11 +342,14 @@ class Leases:
             await asyncio.sleep(ttl / 3)
             if held not in self._renewals:
                 return
+            sent = time.monotonic()
             kept = await self._call(
                 "acquire_lease", self._engine.guard.timeout, lambda: renew(key, token, ttl)
             )
             if held not in self._renewals:
                 return  # released meanwhile: what the renewal found is no news
+            if kept and kept is not _FAILED and (working := self._held.get(held)) is not None:
+                working.renewed = sent
             if kept is False:
                 # Another process took it: ours ran out (this loop stalled past the
                 # ttl, or the store was unreachable), or the store does not let a

@@ -47,7 +47,9 @@ from ._calls import detached
 from ._engine import MISS, Unshared
 from ._flights import Flight, copy_for_caller, error_for_caller
 from ._freshness import Freshness, StaleHit, overridden
+from ._leases import LeaseLost, lease_lost
 from ._runtime import cancelled, is_cancellation, sleep, spawn
+from ._trust import judged_as
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -93,6 +95,7 @@ async def cached_stream(
     pace: bool = False,
     max_chunks: int = 10_000,
     freshness: Freshness | None = None,
+    namespace: str | None = None,
 ) -> AsyncGenerator[Any, None]:
     """The chunks of the decision for ``key``: replayed from the store, or produced live.
 
@@ -107,6 +110,7 @@ async def cached_stream(
         max_chunks: past this many chunks a stream is not stored.
         freshness: the function's own freshness settings (the cache's when
             ``None``), for the computation this caller starts or refreshes.
+        namespace: the audit window judging its hits (``asyncache.engine._trust``).
 
     Raises:
         ReplayMiss: ``mode="replay"`` and the store does not hold the stream (before
@@ -120,9 +124,14 @@ async def cached_stream(
     if serving:
         flight = engine.streaming(key)
         if flight is None:
-            found = await _lookup(
-                engine, key, produce, inputs, rebuild, pace, freshness, max_chunks
-            )
+            judged = None if namespace is None else judged_as.set(namespace)
+            try:
+                found = await _lookup(
+                    engine, key, produce, inputs, rebuild, pace, freshness, max_chunks
+                )
+            finally:
+                if judged is not None:
+                    judged_as.reset(judged)
             stored = None
             if isinstance(found, StaleHit):
                 stale = found
@@ -422,9 +431,18 @@ async def _generate(engine: Engine, broadcast: Broadcast, produce: Produce) -> A
     """Run the generator into ``broadcast``; its chunks are the decision, when kept."""
     framing: ChunkFraming = broadcast.framing  # type: ignore[assignment]
     stats = engine.stats
+    first = engine.leases is not None
     async with _Abortable(framing) as stopping:
         async with aclosing(_bare(produce)) as chunks:
             async for chunk in chunks:
+                if first:
+                    first = False
+                    # Under a lease that ran out while the generator ran (a stalled loop),
+                    # another process's stream may be stored: before this one hands out
+                    # anything, every caller gets that one (docs/leases.md).
+                    stored = await lease_lost()
+                    if stored is not None:
+                        raise LeaseLost(stored)
                 stats.stream_chunks += 1
                 # Kept as it was yielded: a generator may refill one buffer each time.
                 await broadcast.push(_kept(chunk), chunk_bytes(chunk))

@@ -29,6 +29,7 @@ from ..engine import (
     spawn,
     unwrap,
 )
+from ..tags import tagging_of
 from .capture import ResponseCapture, response_broadcast
 from .freshness import Freshness as HttpFreshness
 from .freshness import freshness
@@ -110,7 +111,12 @@ class AppRunner:
         started = time.perf_counter()
         self.app = run = AppRun()
         run.capture = capture = settings.capture(
-            broadcast, self.scope, self._finish, hold=True, fallback=self.fallback
+            broadcast,
+            self.scope,
+            self._finish,
+            hold=True,
+            fallback=self.fallback,
+            marks=tagging_of(self.key),
         )
         receive = LeaderReceive(self.receive, broadcast, run.response)
         run.task = spawn(self._run_app(run, capture, receive, broadcast))

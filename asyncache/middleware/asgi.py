@@ -19,19 +19,21 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from time import perf_counter
+from time import perf_counter_ns
 from typing import Any
 
 from ..cache import DecisionCache
 from ..engine import MISS, Freshness
 from ..stats import RateLimitedLog
 from ..stores import entries_of
+from ..tags import Tagging, tagging
 from .exchange import Exchange, ExchangeSettings, OnHit, refuse_in_replay
 from .request import (
     FORWARDING,
     REMEMBERED_BODY_BYTES,
     BodyBudget,
     BodyReplay,
+    RequestHead,
     RequestHeads,
     RequestKeys,
     read_body,
@@ -40,7 +42,14 @@ from .request import (
 from .response import AdmitResponse, replay_maker
 from .routes import Route, RouteTable
 from .stats import BYPASS_COUNTED, MiddlewareStats, middleware_stats
-from .status import StatusHeaders, TimedSend, timing_header
+from .status import (
+    TIMINGS_MADE,
+    StatusHeaders,
+    TimedSend,
+    hit_timings,
+    made_timing,
+    timing_header,
+)
 from .types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["DecisionCacheMiddleware", "OnHit", "ScopeFunction"]
@@ -152,6 +161,14 @@ class DecisionCacheMiddleware:
             may not share (hit-for-pass). A ``5xx`` or a response too large may
             not come again, so it is not remembered.
             ``0`` turns it off.
+        tags: ``tags(asgi_scope)`` returns the tags (strings) a stored response
+            carries (sync or async), so that ``cache.forget(tags=[...])`` drops
+            it; called only when a response is stored. Its scope (``scope=``)
+            can always be forgotten (``cache.forget(scope=...)``).
+        tag_header: the response header the app names more tags in,
+            comma-separated (``Cache-Tag: doc:42, policy:7``); the middleware
+            takes it out of every response of a cached route, stored or not,
+            hit or miss. ``None`` reads no header and leaves it alone.
 
     Raises:
         ValueError: an option is out of range or both ``routes`` and ``paths`` are given.
@@ -183,6 +200,8 @@ class DecisionCacheMiddleware:
         stale_while_revalidate: float | None = None,
         stale_if_error: float | None = None,
         pass_ttl: float = 5.0,
+        tags: Callable[[Scope], Any] | None = None,
+        tag_header: str | None = "Cache-Tag",
     ) -> None:
         if routes is not None and paths is not None:
             raise ValueError("give routes or paths, not both")
@@ -213,7 +232,8 @@ class DecisionCacheMiddleware:
             vary_names, [_header_name(name) for name in credentials], max_body_bytes
         )
         self._scope_fn = scope
-        self._headers = StatusHeaders(status_header, cache_status)
+        self._headers = StatusHeaders(status_header, cache_status, tag_header)
+        self._tags_fn = tags
         # status_header=None: the one switch that keeps outcomes from clients (docs/security.md).
         self._server_timing = status_header is not None if server_timing is None else server_timing
         hit_headers = self._headers.for_outcome("hit")
@@ -224,6 +244,10 @@ class DecisionCacheMiddleware:
         self._ready = replay_maker(hit_headers, head=False, ages=ages)
         self._ready_for_head = replay_maker(hit_headers, head=True, ages=ages)
         self._on_hit = on_hit
+        # Requests the hit path may answer: no hook to call, a body the keys memory holds.
+        self._plain = scope is None and on_hit is None
+        self._remembered_body = min(max_body_bytes, REMEMBERED_BODY_BYTES)
+        self._hit_timings = hit_timings(self._hit_desc)
         self._settings = ExchangeSettings(
             app=app,
             engine=cache.engine,
@@ -238,6 +262,7 @@ class DecisionCacheMiddleware:
             follower_timeout=follower_timeout,
             freshness=_route_freshness(cache, stale_while_revalidate, stale_if_error),
             pass_ttl=pass_ttl,
+            tags=tags,
         )
 
     def __repr__(self) -> str:
@@ -248,7 +273,81 @@ class DecisionCacheMiddleware:
             # Lifespan and websocket scopes pass through untouched.
             await self.app(scope, receive, send)
             return
-        started = perf_counter()
+        started = perf_counter_ns()
+        # The hit path: a cached route, a remembered head and key, a body in one message,
+        # no hooks. Anything else (and every miss) takes _handle's general path, which
+        # counts, bypasses and runs the app; a hit here is answered without a call of it.
+        method = scope["method"]
+        path = scope["path"]
+        # An exact path is the common route: looked up here, saving match()'s call.
+        route = self._exact_routes.get(path) or self._routes.match(path)
+        engine = self._engine
+        if (
+            route is None
+            or not self._plain
+            or method not in self._methods
+            or engine.mode == "off"  # not enabled (the property, without its call)
+        ):
+            await self._handle(scope, receive, send, started)
+            return
+        try:
+            head = self._heads.known.get(tuple(scope["headers"]))
+        except (KeyError, TypeError):  # a hand-built scope: _handle reads it
+            head = None
+        if head is None or head.refusal is not None or head.credentials:
+            await self._handle(scope, receive, send, started)
+            return
+        message = await receive()
+        body = message.get("body", b"")
+        if (
+            message["type"] != "http.request"
+            or message.get("more_body", False)
+            or len(body) > self._remembered_body
+        ):
+            await self._received(scope, receive, send, started, route, head, None, message)
+            return
+        try:
+            # The keys memory, by RequestKeys.key's parts, looked up here: its call would
+            # cost as much as the lookup.
+            key = self._keys.known.get(
+                (
+                    route,
+                    method,
+                    scope["root_path"],
+                    path,
+                    scope["query_string"],
+                    scope["scheme"],
+                    head,
+                    None if head.host is not None else scope["server"],
+                    body,
+                    None,
+                )
+            )
+        except (KeyError, TypeError):  # a hand-built scope: key() builds its key
+            key = None
+        if key is None:
+            await self._received(scope, receive, send, started, route, head, None, message)
+            return
+        # A hit on an entry in memory: answered now, from the replay made on its first hit.
+        value = engine.hit_now(key, self._ready_for_head if method == "HEAD" else self._ready)
+        if value is MISS:
+            # The body whole in its message: what the app receives first.
+            replay = BodyReplay([message], receive)
+            timed = self._timed(send, started)
+            await self._run(scope, replay, timed, key, head, body, route, value, None)
+            return
+        self.stats.outcomes["hit"] += 1
+        # Fresh messages (what is in front may change them), from the replay's parts.
+        headers = [*value.hit_headers] if value.born is None else value.hit_start()
+        if self._server_timing:
+            us = (perf_counter_ns() - started) // 1000
+            timing = self._hit_timings[us] if us < TIMINGS_MADE else None
+            headers.append(timing or made_timing(self._hit_desc, us))
+        await send({"type": "http.response.start", "status": value.status, "headers": headers})
+        await send({"type": "http.response.body", "body": value.body, "more_body": False})
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, started: int) -> None:
+        """A request the hit path did not settle before reading its body."""
         method = scope["method"]
         if method not in self._methods:
             self.stats.bypassed("method")
@@ -257,7 +356,6 @@ class DecisionCacheMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        # An exact path is the common route: looked up here, saving match()'s call.
         route = self._exact_routes.get(path) or self._routes.match(path)
         if route is None:
             self.stats.bypassed("route")
@@ -265,22 +363,15 @@ class DecisionCacheMiddleware:
             await self.app(scope, receive, send)
             return
         # The client's send is wrapped to add Server-Timing (_timed) only where the answer
-        # is not a hit answered below, which adds its own: a hit makes no wrapper.
+        # is not a hit, which adds its own: a hit makes no wrapper.
         engine = self._engine
-        if engine.mode == "off":  # not enabled (the property, without its call)
+        if engine.mode == "off":
             self.stats.outcomes["disabled"] += 1
             engine.stats.bypassed += 1
             timed = self._timed(send, started)
             await self.app(scope, receive, self._headers.tagged(timed, "disabled"))
             return
-        headers = scope.get("headers", ())
-        try:
-            # The heads memory, looked up here: the call to read() would cost as much.
-            head = self._heads.known.get(tuple(headers))
-        except TypeError:  # pairs as lists (a hand-built scope): read() reads them
-            head = None
-        if head is None:
-            head = self._heads.read(headers)
+        head = self._heads.read(scope.get("headers", ()))
         if head.refusal is not None:  # body_too_large (by its Content-Length) among them
             await self._bypass(scope, receive, self._timed(send, started), head.refusal)
             return
@@ -298,6 +389,20 @@ class DecisionCacheMiddleware:
             await self._bypass(scope, receive, self._timed(send, started), "credentials")
             return
         message = await receive()
+        await self._received(scope, receive, send, started, route, head, principal, message)
+
+    async def _received(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        started: int,
+        route: str,
+        head: RequestHead,
+        principal: Any,
+        message: Message,
+    ) -> None:
+        """A request whose first message is ``message``: its whole body read, keyed, answered."""
         body = message.get("body", b"")
         received: tuple[Message, ...] = ()  # read on, when the body is not whole here
         if message["type"] != "http.request" or len(body) > self.max_body_bytes:
@@ -319,29 +424,8 @@ class DecisionCacheMiddleware:
                 await self._bypass(scope, replay_receive, self._timed(send, started), reason)
                 return
             body, replay = read.body, read.replay
-        key = None
-        if principal is None and head.remembered and len(body) <= REMEMBERED_BODY_BYTES:
-            try:
-                # The keys memory, by RequestKeys.key's parts, looked up here (as above).
-                key = self._keys.known.get(
-                    (
-                        route,
-                        method,
-                        scope["root_path"],
-                        path,
-                        scope["query_string"],
-                        scope["scheme"],
-                        head,
-                        None if head.host is not None else scope["server"],
-                        body,
-                        None,
-                    )
-                )
-            except (KeyError, TypeError):  # a hand-built scope: key() builds its key
-                pass
         try:
-            if key is None:
-                key = self._keys.key(route, scope, head, body, principal)
+            key = self._keys.key(route, scope, head, body, principal)
         except Exception as exc:
             # Only a scope function's exotic return value gets here: the body is JSON or bytes.
             _log.warning("key", "asyncache: the request cannot be keyed (%s); bypassing", exc)
@@ -352,39 +436,52 @@ class DecisionCacheMiddleware:
                 "unkeyable",
             )
             return
-        # A hit on an entry in memory: answered now, from the replay made on its first hit.
-        value = engine.hit_now(key, self._ready_for_head if method == "HEAD" else self._ready)
+        made = self._ready_for_head if scope["method"] == "HEAD" else self._ready
+        value = self._engine.hit_now(key, made)
         if value is not MISS and self._on_hit is None:
             self.stats.outcomes["hit"] += 1
-            # Fresh messages (what is in front may change them), from the replay's parts.
             headers = value.hit_start()
             if self._server_timing:
-                # Named only where the status header names outcomes (as TimedSend does).
                 headers.append(timing_header(self._hit_desc, started))
             await send({"type": "http.response.start", "status": value.status, "headers": headers})
             await send({"type": "http.response.body", "body": value.body, "more_body": False})
             return
-        send = self._timed(send, started)
-        exchange = Exchange(
-            self._settings,
-            scope,
-            BodyReplay(replay or whole_body(message, body), receive),
-            send,
-            key,
-            head,
-            body,
-            route,
-        )
+        body_replay = BodyReplay(replay or whole_body(message, body), receive)
+        timed = self._timed(send, started)
+        await self._run(scope, body_replay, timed, key, head, body, route, value, principal)
+
+    async def _run(
+        self,
+        scope: Scope,
+        receive: BodyReplay,
+        send: Send,
+        key: bytes,
+        head: RequestHead,
+        body: bytes,
+        route: str,
+        value: Any,
+        principal: Any,
+    ) -> None:
+        """Answers a keyed request that no hit answered: a miss (the app runs), or a hit
+        that ``on_hit`` decides on. ``receive``: the body read, then the server's."""
+        exchange = Exchange(self._settings, scope, receive, send, key, head, body, route)
         if value is not MISS:
             await exchange.answer(value)  # on_hit decides
-        elif principal is None:
+        elif principal is None and self._tags_fn is None and self._headers.tag_name is None:
             await exchange.run()
         else:
-            # What this run stores counts against its scope's budget in a memory store.
-            with entries_of(principal):
+            # What this run stores counts against its scope's budget in a memory store,
+            # and carries its scope and tags (``tags=``, ``Cache-Tag``: ``asyncache.tags``).
+            tags_fn = self._tags_fn
+            marks = Tagging(
+                self.cache.namespace,
+                scope=principal,
+                source=None if tags_fn is None else lambda: tags_fn(scope),
+            )
+            with entries_of(principal), tagging({key: marks}):
                 await exchange.run()
 
-    def _timed(self, send: Send, started: float) -> Send:
+    def _timed(self, send: Send, started: int) -> Send:
         """The client's ``send``, adding ``Server-Timing`` when this middleware does."""
         if self._server_timing:
             return TimedSend(send, started, self._headers.status_name)

@@ -33,8 +33,10 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from ..engine import Broadcast, new_event, spawn
+from ..tags import Tagging, parse_tag_header
 from .freshness import freshness
 from .response import AdmitResponse, Replay, StoredResponse, admitted, refusal, shareable
+from .status import take_header
 from .types import Headers, Message, Scope
 
 __all__ = [
@@ -128,6 +130,9 @@ class ResponseCapture:
             engine stores, and may find another process's decision instead).
         fallback: a stale response may answer instead of a failure
             (``STALE_IF_ERROR_STATUSES``, or the app raising before its start).
+        tag_name: the header the app names the response's tags in (lowercased),
+            taken out of the response; ``None`` leaves headers alone.
+        marks: what the decision carries (``asyncache.tags``): the header's tags join it.
 
     Attributes:
         failed: why the run failed while a stale response could replace it:
@@ -152,6 +157,8 @@ class ResponseCapture:
         "_status",
         "_statuses",
         "_storing",
+        "_tag_name",
+        "_tagging",
         "_whole",
         "failed",
         "replaced",
@@ -169,7 +176,11 @@ class ResponseCapture:
         finish: Finish,
         hold: bool = False,
         fallback: bool = False,
+        tag_name: bytes | None = None,
+        marks: Tagging | None = None,
     ) -> None:
+        self._tag_name = tag_name
+        self._tagging = marks
         self._broadcast = broadcast
         self._scope = scope
         self._statuses = statuses
@@ -237,6 +248,11 @@ class ResponseCapture:
         message = {**message}
         if kind == "http.response.start":
             message["headers"] = [*message.get("headers", ())]
+            if self._tag_name is not None:
+                # The app's tags go with the decision, never to a client (stored or not).
+                message["headers"], values = take_header(message["headers"], self._tag_name)
+                if values and self._tagging is not None:
+                    self._tagging.add(tag for value in values for tag in parse_tag_header(value))
             reason = refusal(message, statuses=self._statuses, keyed=self._keyed, limit=self._limit)
             if reason is None:
                 left = freshness(message["headers"], time.time()).left

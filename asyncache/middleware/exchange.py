@@ -51,6 +51,7 @@ from ..engine import (
     cancelled,
     error_for_caller,
     is_cancellation,
+    judged_as,
     spawn,
     wait_for,
 )
@@ -148,8 +149,11 @@ class Exchange:
         runner = None
         stale = None
         if serving:
+            judged = None
             if engine.sampler is not None and settings.audit:
                 runner = self._runner()
+                if engine.trust is not None:  # the route's own audit window
+                    judged = judged_as.set(self.route or None)
             try:
                 value = await engine.fetch(
                     self.key,
@@ -159,6 +163,9 @@ class Exchange:
             except ReplayMiss as miss:  # an entry replay cannot use (another secret...)
                 await self.refuse_in_replay(miss)
                 return
+            finally:
+                if judged is not None:
+                    judged_as.reset(judged)
             if type(value) is StaleHit:
                 if value.revalidate:
                     # Served at once; the app runs once in the background, for no client,

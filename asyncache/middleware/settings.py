@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..engine import Broadcast, Engine, Freshness
+from ..tags import Tagging
 from .capture import ResponseCapture
 from .response import AdmitResponse
 from .stats import MiddlewareStats
@@ -122,6 +123,7 @@ class ExchangeSettings:
         "run_times",
         "stats",
         "statuses",
+        "tags",
     )
 
     def __init__(
@@ -139,7 +141,10 @@ class ExchangeSettings:
         freshness: Freshness | None = None,
         pass_ttl: float = 5.0,
         follower_timeout: float | None = None,
+        tags: Callable[[Scope], Any] | None = None,
     ) -> None:
+        self.tags = tags
+        """``tags(asgi_scope)``: the tags a stored response carries (the middleware's ``tags=``)."""
         self.app = app
         self.engine = engine
         self.stats = stats
@@ -201,6 +206,7 @@ class ExchangeSettings:
         *,
         hold: bool = False,
         fallback: bool = False,
+        marks: Tagging | None = None,
     ) -> ResponseCapture:
         """The app's ``send`` for one run (``hold``, ``fallback``: see ``ResponseCapture``)."""
         return ResponseCapture(
@@ -213,4 +219,6 @@ class ExchangeSettings:
             finish=finish,
             hold=hold,
             fallback=fallback,
+            tag_name=self.headers.tag_name,
+            marks=marks,
         )

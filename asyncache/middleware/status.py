@@ -4,11 +4,22 @@ W3C ``Server-Timing`` (how long the middleware took to start the response)."""
 from __future__ import annotations
 
 import re
-from time import perf_counter
+from collections.abc import Iterable
+from time import perf_counter_ns
+from typing import Any
 
 from .types import FixedHeaders, Message, Send
 
-__all__ = ["StatusHeaders", "TaggedSend", "TimedSend", "timing_header"]
+__all__ = [
+    "TIMINGS_MADE",
+    "StatusHeaders",
+    "TaggedSend",
+    "TimedSend",
+    "hit_timings",
+    "made_timing",
+    "take_header",
+    "timing_header",
+]
 
 _TOKEN = re.compile(r"[A-Za-z*][A-Za-z0-9!#$%&'*+\-.^_`|~:/]*")
 
@@ -29,14 +40,19 @@ class StatusHeaders:
             since a hit's age says when someone else asked.
     """
 
-    __slots__ = ("_cache_name", "_memo", "_status_name", "ages", "names")
+    __slots__ = ("_cache_name", "_memo", "_status_name", "ages", "names", "tag_name")
 
     @property
     def status_name(self) -> bytes | None:
         """The status header's name, lowercased; ``None`` when there is none."""
         return self._status_name
 
-    def __init__(self, status_header: str | None, cache_status: bool | str) -> None:
+    def __init__(
+        self, status_header: str | None, cache_status: bool | str, tag_header: str | None = None
+    ) -> None:
+        self.tag_name = tag_header.lower().encode("latin-1") if tag_header else None
+        """The header the app names a response's tags in (``Cache-Tag``), lowercased:
+        taken out of every answer of a cached route, stored or not."""
         self._status_name = status_header.lower().encode("latin-1") if status_header else None
         if cache_status is True:
             cache_status = "asyncache"
@@ -68,23 +84,39 @@ class StatusHeaders:
     def tagged(self, send: Send, outcome: str, reason: str | None = None) -> Send:
         """``send``, adding the outcome's headers to the start message."""
         extra = self.for_outcome(outcome, reason)
-        return TaggedSend(send, extra) if extra else send
+        return TaggedSend(send, extra, self.tag_name) if extra or self.tag_name else send
 
 
 class TaggedSend:
     """A ``send`` that adds the cache status headers to the start message."""
 
-    __slots__ = ("_extra", "_send")
+    __slots__ = ("_extra", "_send", "_strip")
 
-    def __init__(self, send: Send, extra: FixedHeaders) -> None:
+    def __init__(self, send: Send, extra: FixedHeaders, strip: bytes | None = None) -> None:
         self._send = send
         self._extra = extra
+        self._strip = strip
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             message = dict(message)
-            message["headers"] = [*message.get("headers", ()), *self._extra]
+            headers = message.get("headers", ())
+            if self._strip is not None:
+                headers, _ = take_header(headers, self._strip)
+            message["headers"] = [*headers, *self._extra]
         await self._send(message)
+
+
+def take_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> tuple[list[Any], list[str]]:
+    """``headers`` without the ones named ``name`` (lowercase), and those headers' values."""
+    kept: list[Any] = []
+    taken: list[str] = []
+    for header in headers:
+        if header[0].lower() == name:
+            taken.append(bytes(header[1]).decode("latin-1"))
+        else:
+            kept.append(header)
+    return kept, taken
 
 
 def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
@@ -115,11 +147,27 @@ def _cache_status(name: str, outcome: str, reason: str | None) -> bytes:
 
 # A hit's durations under this many microseconds (every hit in memory) have their
 # headers made once each: formatting a float costs a hit more than finding its answer.
-_MADE_US = 1000
+TIMINGS_MADE = 1000
 _made: dict[bytes | None, list[tuple[bytes, bytes] | None]] = {
-    b"hit": [None] * _MADE_US,
-    None: [None] * _MADE_US,  # a hit where no outcome is named
+    b"hit": [None] * TIMINGS_MADE,
+    None: [None] * TIMINGS_MADE,  # a hit where no outcome is named
 }
+
+
+def hit_timings(outcome: bytes | None) -> list[tuple[bytes, bytes] | None]:
+    """The ``Server-Timing`` headers of a hit naming ``outcome`` (``b"hit"`` or ``None``), by
+    whole microseconds under ``TIMINGS_MADE``: each made by ``made_timing`` on first use."""
+    return _made[outcome]
+
+
+def made_timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
+    """A ``Server-Timing`` header for ``us`` microseconds, kept for the next hit that takes as
+    long when ``hit_timings`` holds such headers."""
+    header = _timing(outcome, us)
+    made = _made.get(outcome)
+    if made is not None and us < TIMINGS_MADE:
+        made[us] = header
+    return header
 
 
 def _timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
@@ -129,20 +177,19 @@ def _timing(outcome: bytes | None, us: int) -> tuple[bytes, bytes]:
     return (b"server-timing", b"cache;desc=%s;dur=%d.%03d" % (outcome, ms, fraction))
 
 
-def timing_header(outcome: bytes | None, started: float) -> tuple[bytes, bytes]:
+def timing_header(outcome: bytes | None, started: int) -> tuple[bytes, bytes]:
     """A ``Server-Timing`` header: ``cache;desc=<outcome>;dur=<ms since started>``.
 
     ``dur`` is in milliseconds, as the W3C spec has it, with microseconds shown:
     a hit takes tens of them, and a whole millisecond would read as zero.
+    ``started``: ``perf_counter_ns()`` when the request arrived (integer
+    nanoseconds: no float to make and convert on a hit).
     """
-    us = int((perf_counter() - started) * 1_000_000)
+    us = (perf_counter_ns() - started) // 1000
     made = _made.get(outcome)
-    if made is None or us >= _MADE_US:
+    if made is None or us >= TIMINGS_MADE:
         return _timing(outcome, us)
-    header = made[us]
-    if header is None:
-        header = made[us] = _timing(outcome, us)
-    return header
+    return made[us] or made_timing(outcome, us)
 
 
 class TimedSend:
@@ -156,7 +203,7 @@ class TimedSend:
 
     __slots__ = ("_send", "_started", "_status_name")
 
-    def __init__(self, send: Send, started: float, status_name: bytes | None) -> None:
+    def __init__(self, send: Send, started: int, status_name: bytes | None) -> None:
         self._send = send
         self._started = started
         self._status_name = status_name

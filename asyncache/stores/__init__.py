@@ -5,7 +5,7 @@ Redis); ``asyncache.testing`` the contract suite every store must pass.
 """
 
 from .memory import ENTRY_SCOPE, MemoryStore, entries_of
-from .protocol import DecisionStore, Entry, EntryScan, LeaseStore, is_live
+from .protocol import DecisionStore, Entry, EntryScan, Forgetting, LeaseStore, is_live
 from .registry import open_store, register_store
 from .tiered import TieredStore
 
@@ -14,6 +14,7 @@ __all__ = [
     "DecisionStore",
     "Entry",
     "EntryScan",
+    "Forgetting",
     "LeaseStore",
     "MemoryStore",
     "TieredStore",

@@ -13,13 +13,14 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
 from ..errors import ConfigurationError
 from ..keys import canonical
+from ..tags import DECISION_TAGS, MARGIN, TOMBSTONE_SECONDS, labels_of, refused
 from .protocol import Entry
 
 __all__ = ["ENTRY_SCOPE", "MemoryStore", "entries_of", "memory_options"]
@@ -122,6 +123,11 @@ class MemoryStore:
         # With a budget: each scope's keys, least recently used first, and each key's scope.
         self._scopes: dict[str | None, OrderedDict[bytes, None]] = {}
         self._scope_of: dict[bytes, str | None] = {}
+        # Forgetting: the keys under each label, each key's labels, and the tombstones
+        # (label -> until when writes that began earlier are refused).
+        self._index: dict[bytes, set[bytes]] = {}
+        self._labels_of: dict[bytes, tuple[bytes, ...]] = {}
+        self._tombstones: dict[bytes, float] = {}
         # Held by whatever adds, replaces or drops entries (reentrant: add_now reads, then
         # puts). A hit takes it only to drop an expired entry.
         self._lock = threading.RLock()
@@ -236,10 +242,84 @@ class MemoryStore:
         return [self.get_now(key) for key in keys]
 
     async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
+        if DECISION_TAGS.get() is not None:
+            return await self._add_tagged(key, value, expires_at, None)
         return self.add_now(key, value, expires_at)
 
     async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
+        if DECISION_TAGS.get() is not None:
+            return [await self._add_tagged(key, value, exp, None) for key, value, exp in items]
         return [self.add_now(key, value, expires_at) for key, value, expires_at in items]
+
+    async def _add_tagged(
+        self, key: bytes, value: bytes, expires_at: float | None, expected: bytes | None
+    ) -> Entry:
+        """``add`` (or, with ``expected``, ``replace``) of a decision the door tagged."""
+        found = await labels_of(key)  # may run the user's tag function: before deciding
+        if found is None:
+            if expected is not None:
+                return self.replace_now(key, expected, value, expires_at)
+            return self.add_now(key, value, expires_at)
+        tagging, labels = found
+        with self._lock:  # the tombstones, the write and its labels: one step for every thread
+            if self._tombstones and refused(self._tombstones, labels, tagging.since):
+                tagging.refuse(key)
+                return Entry(value, expires_at)
+            if expected is not None:
+                winner = self.replace_now(key, expected, value, expires_at)
+            else:
+                winner = self.add_now(key, value, expires_at)
+            if winner.value is value and key in self._data:
+                self._label(key, labels)
+            return winner
+
+    def _label(self, key: bytes, labels: tuple[bytes, ...]) -> None:
+        """Index ``key`` under each of ``labels``."""
+        if self._labels_of:
+            self._unlabel(key)
+        self._labels_of[key] = labels
+        for label in labels:
+            self._index.setdefault(label, set()).add(key)
+
+    def _unlabel(self, key: bytes) -> None:
+        """Drop ``key`` from the index (it is being dropped or replaced)."""
+        labels = self._labels_of.pop(key, ())
+        for label in labels:
+            keys = self._index.get(label)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._index[label]
+
+    async def forget(
+        self,
+        labels: Sequence[bytes],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Drop every live decision indexed under any of ``labels``; return how many.
+
+        No await inside, and under the lock: no write comes in between the drop and the
+        tombstones, from this loop or another thread's.
+        """
+        with self._lock:
+            now = time.time()
+            keys: set[bytes] = set()
+            for label in labels:
+                keys |= self._index.get(label, set())
+            live = [key for key in keys if self.get_now(key) is not None]
+            if not dry_run:
+                for key in live:
+                    self.delete_now(key)
+                for label, until in list(self._tombstones.items()):
+                    if until + TOMBSTONE_SECONDS < now:
+                        del self._tombstones[label]
+                for label in labels:
+                    self._tombstones[label] = now + MARGIN
+        if progress is not None:
+            progress(len(live), len(live))
+        return len(live)
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         with self._lock:
@@ -256,6 +336,8 @@ class MemoryStore:
         self, key: bytes, expected: bytes, value: bytes, expires_at: float | None
     ) -> Entry:
         """Store ``value`` if ``key`` still holds ``expected`` (or nothing live); the winner."""
+        if DECISION_TAGS.get() is not None:
+            return await self._add_tagged(key, value, expires_at, expected)
         return self.replace_now(key, expected, value, expires_at)
 
     def replace_now(
@@ -290,6 +372,8 @@ class MemoryStore:
             self._data.clear()
             self._scopes.clear()
             self._scope_of.clear()
+            self._index.clear()
+            self._labels_of.clear()
             self._bytes = 0
 
     async def aclose(self) -> None:
@@ -357,6 +441,8 @@ class MemoryStore:
         del self._data[key]
         self._bytes -= entry_size(key, entry.value)
         self._unscope(key)
+        if self._labels_of:
+            self._unlabel(key)
 
     def _unscope(self, key: bytes) -> None:
         if self._scope_of:
@@ -376,6 +462,8 @@ class MemoryStore:
             key, entry = data.popitem(last=False)
             self._bytes -= entry_size(key, entry.value)
             self._unscope(key)
+            if self._labels_of:
+                self._unlabel(key)
             self.evictions += 1
 
 

@@ -8,10 +8,10 @@ first decision stored wins across tasks, processes and machines.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["DecisionStore", "Entry", "EntryScan", "LeaseStore", "is_live"]
+__all__ = ["DecisionStore", "Entry", "EntryScan", "Forgetting", "LeaseStore", "is_live"]
 
 
 class Entry(NamedTuple):
@@ -136,5 +136,37 @@ class EntryScan(Protocol):
         Each key is yielded once, with the entry as it was when its batch was
         read; an entry added or dropped during the walk may or may not be seen.
         Expired entries are never yielded. For tools, not hot paths: O(entries).
+        """
+        ...
+
+
+@runtime_checkable
+class Forgetting(Protocol):
+    """Optional capability: decisions indexed by label, and dropped by label (``cache.forget``).
+
+    A store with it reads ``asyncache.tags.tagging_of(key)`` in ``add``,
+    ``add_many`` and ``replace``: when the door tagged the key, it stores the
+    decision with the key indexed under each of its labels (``Tagging.labels``),
+    atomically with the write where it can, and refuses the write (noting the
+    key with ``Tagging.refuse`` and returning the candidate unstored) when a
+    forget of any of the labels came at or after ``Tagging.since``. Indexes
+    expire with their decisions. Every store of asyncache has it;
+    ``asyncache.testing.ForgetContract`` tests it.
+    """
+
+    async def forget(
+        self,
+        labels: Sequence[bytes],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Drop every live decision indexed under any of ``labels``; return how many.
+
+        Afterwards, a write whose computation began before the call returned is
+        refused (a tombstone per label, ``asyncache.tags``), and memory tiers of
+        every process in front of the store drop their copies. ``dry_run``
+        counts and drops nothing (and leaves no tombstone). ``progress(done,
+        total)`` is called as the work goes (units are the store's: keys or nodes).
         """
         ...

@@ -12,10 +12,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NamedTuple, Self, cast
 
+from ..tags import DECISION_TAGS, tagging_of
 from .memory import MemoryStore
 from .protocol import DecisionStore, Entry
 
 __all__ = ["TieredStore"]
+
+
+def _refused(key: bytes) -> bool:
+    """Whether L2 refused to store ``key``'s decision (a forget came after it began)."""
+    if DECISION_TAGS.get() is None:
+        return False
+    found = tagging_of(key)
+    return found is not None and key in found.refused
 
 
 class _Copy(NamedTuple):
@@ -145,7 +154,7 @@ class TieredStore:
         """Add to L2, which decides the winner; copy the winner into L1."""
         seen = self.invalidations
         winner = await self.l2.add(key, value, expires_at)
-        if self.invalidations == seen:
+        if self.invalidations == seen and not _refused(key):
             self._keep(key, winner, time.time())
         return winner
 
@@ -156,7 +165,8 @@ class TieredStore:
         if self.invalidations == seen:
             now = time.time()
             for (key, _, _), winner in zip(items, winners, strict=True):
-                self._keep(key, winner, now)
+                if not _refused(key):
+                    self._keep(key, winner, now)
         return winners
 
     async def replace(
@@ -176,9 +186,41 @@ class TieredStore:
                 await delete(key)
             winner = await self.l2.add(key, value, expires_at)
         self.l1.delete_now(key)
-        if self.invalidations == seen:
+        if self.invalidations == seen and not _refused(key):
             self._keep(key, winner, time.time())
         return winner
+
+    async def forget(
+        self,
+        labels: Sequence[bytes],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Forget in L2, and drop every L1 copy, here and (through L2's announcement) elsewhere.
+
+        L1 keeps no labels: it drops all its copies, which later reads copy
+        again from L2. An L2 that announces drops (Redis, SQLite) has every
+        other process's tier drop its copies too, as a ``clear`` does.
+
+        Raises:
+            TypeError: L2 cannot forget (it has no ``forget``).
+        """
+        forget = getattr(self.l2, "forget", None)
+        if not callable(forget):
+            raise TypeError(
+                f"{type(self.l2).__name__} cannot forget decisions by tag or scope "
+                "(it has no forget(); see asyncache.stores.protocol.Forgetting)"
+            )
+        if dry_run:
+            return int(await forget(labels, dry_run=True, progress=progress))
+        self.invalidations += 1
+        await self.l1.clear()
+        dropped = int(await forget(labels, progress=progress))
+        # Reads in flight during the forget may have copied what it dropped.
+        self.invalidations += 1
+        await self.l1.clear()
+        return dropped
 
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Renew in L2, and move (or drop) the L1 copy to match."""

@@ -23,7 +23,8 @@ class TestMyStore(StoreContract):
 
 A store with leases subclasses both: ``class TestMyStore(StoreContract,
 LeaseStoreContract)``; one that can walk its entries (``EntryScan``, which
-``asyncache copy`` and ``export`` use) adds ``EntryScanContract``.
+``asyncache copy`` and ``export`` use) adds ``EntryScanContract``; one that
+can forget decisions by tag or scope (``Forgetting``) adds ``ForgetContract``.
 
 What it needs: pytest and pytest-asyncio (0.24 or later). Every test is
 marked ``pytest.mark.asyncio``, so the suite runs in pytest-asyncio's strict
@@ -39,8 +40,9 @@ none asserts how long a call takes: a slow store passes, a wrong one fails.
 
 from __future__ import annotations
 
+from .forget import ForgetContract
 from .leases import LeaseStoreContract
 from .scan import EntryScanContract
 from .stores import StoreContract
 
-__all__ = ["EntryScanContract", "LeaseStoreContract", "StoreContract"]
+__all__ = ["EntryScanContract", "ForgetContract", "LeaseStoreContract", "StoreContract"]

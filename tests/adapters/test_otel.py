@@ -133,6 +133,25 @@ async def test_hit_and_miss_counters_and_the_compute_histogram(telemetry: Teleme
     assert count == 2 and total >= 0
 
 
+async def test_trust_figures_are_exported(telemetry: Telemetry) -> None:
+    cache = DecisionCache(namespace="trusted", audit_rate=1.0, max_wrong_rate=0.2, trust_window=20)
+    telemetry.instrument(cache)
+
+    @cached_prediction(cache, namespace="f")
+    async def f(x: int) -> int:
+        return x
+
+    for _ in range(17):  # a miss, 14 doubted hits (cold) earning trust, 2 served hits
+        await f(1)
+    metrics = telemetry.metrics()
+    labels = {"asyncache.namespace": "trusted"}
+    assert metrics["asyncache.doubt_computes"] == [(labels, 14)]
+    assert metrics["asyncache.verified_hits"] == [(labels, 2)]
+    assert metrics["asyncache.breaches"] == [(labels, 0)]
+    assert metrics["asyncache.wrong_rate_upper"] == [(labels, cache.trust()["f"].upper)]
+    await cache.aclose()
+
+
 async def test_instrumenting_twice_is_refused_and_uninstrument_stops_spans(
     telemetry: Telemetry,
 ) -> None:

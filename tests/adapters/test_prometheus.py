@@ -84,11 +84,31 @@ async def test_every_counter_and_the_histogram_are_exported(registry: Any, scrap
         # Every numeric stats() field is there, for both caches.
         for field, value in a.stats().items():
             if isinstance(value, int | float) and not isinstance(value, bool):
-                name = field if field in ("hit_rate", "in_flight") else f"{field}_total"
+                gauges = ("hit_rate", "in_flight", "wrong_rate_upper")
+                name = field if field in gauges else f"{field}_total"
                 assert (f"asyncache_{name}", "sentiment") in samples, field
         # Scrapes read stats() when they happen.
         await fa(1)
         assert scrape()[("asyncache_hits_total", "sentiment")] == 3
+
+
+async def test_trust_figures_are_exported(registry: Any, scrape: Any) -> None:
+    async with DecisionCache(
+        namespace="trusted", audit_rate=1.0, max_wrong_rate=0.2, trust_window=20
+    ) as cache:
+        instrument(cache, registry=registry)
+        f = _cached(cache, [])
+        await f(1)
+        for _ in range(16):  # doubted (cold), until 14 agreeing audits earn trust
+            await f(1)
+        samples = scrape()
+        assert samples[("asyncache_doubt_computes_total", "trusted")] == 14
+        assert samples[("asyncache_verified_hits_total", "trusted")] == 2
+        assert samples[("asyncache_breaches_total", "trusted")] == 0
+        assert samples[("asyncache_repairs_total", "trusted")] == 0
+        upper = cache.trust()["f"].upper
+        assert 0 < upper <= 0.2
+        assert samples[("asyncache_wrong_rate_upper", "trusted")] == upper
 
 
 async def test_store_stats_are_gauges(registry: Any, scrape: Any, tmp_path: Path) -> None:

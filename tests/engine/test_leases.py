@@ -35,6 +35,8 @@ WAIT_TIMEOUT = 60.0
 GENEROUS = GENEROUS_REDIS_TIMEOUTS
 # The same for every store call the engine makes (its default is 1 s).
 STORE_TIMEOUT = 30.0
+# Redis' runs on redis-server and on Valkey (tests/conftest.py); SQLite's once.
+pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -527,11 +529,17 @@ async def test_releasing_twice_is_harmless(store_url: str) -> None:
         await store.release_lease(b"k", b"other")  # type: ignore[attr-defined]
 
 
-async def test_a_redis_renewal_never_takes_a_lease_its_token_no_longer_holds(
-    redis_url: str, redis_prefix: str
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_a_renewal_never_takes_a_lease_its_token_no_longer_holds(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    pytest.importorskip("redis")
-    store = open_store(f"{redis_url}?prefix={redis_prefix}&{GENEROUS}")
+    if kind == "redis":
+        pytest.importorskip("redis")
+        url = f"{request.getfixturevalue('redis_url')}?prefix="
+        url += f"{request.getfixturevalue('redis_prefix')}&{GENEROUS}"
+    else:
+        url = f"sqlite:///{tmp_path / 'leases.sqlite'}"
+    store = open_store(url)
     try:
         assert await store.acquire_lease(b"k", b"mine", 30.0)  # type: ignore[attr-defined]
         assert await store.renew_lease(b"k", b"mine", 30.0)  # type: ignore[attr-defined]

@@ -360,3 +360,27 @@ async def test_hits_on_large_answers_that_compress_small_hold_memory_within_boun
         replay = record.result
         assert record.held >= len(record.value) + (len(replay.body) if replay else 0)
     assert recent.held <= HELD_BYTES
+
+
+async def test_a_hit_is_answered_by_the_hit_path_alone_on_every_kind_of_route() -> None:
+    # The hit path (DecisionCacheMiddleware.__call__) hands everything it cannot settle
+    # to the general one; a hit on an exact path, a template or routes=None must not.
+    for routes, path in ((["/predict"], "/predict"), (["/m/{name}"], "/m/a"), (None, "/any")):
+        app = RecordingApp()
+        middleware = DecisionCacheMiddleware(app, cache=DecisionCache(), routes=routes)
+        first = await call(middleware, path=path, body=b'{"a": 1}', headers=[JSON])
+        general = middleware._handle, middleware._received, middleware._run
+        taken: list[str] = []
+
+        def counted(step: Any, taken: list[str] = taken) -> Any:
+            async def step_taken(*args: Any) -> None:
+                taken.append(step.__name__)
+                await step(*args)
+
+            return step_taken
+
+        middleware._handle, middleware._received, middleware._run = map(counted, general)  # type: ignore[method-assign]
+        hit = await call(middleware, path=path, body=b'{"a": 1}', headers=[JSON])
+        assert (hit.cache, hit.body, taken, app.calls) == ("hit", first.body, [], 1), routes
+        other = await call(middleware, path=path, body=b'{"a": 2}', headers=[JSON])
+        assert (other.cache, taken, app.calls) == ("miss", ["_received", "_run"], 2), routes

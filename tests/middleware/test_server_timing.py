@@ -15,6 +15,7 @@ import httpx
 
 from asyncache import DecisionCache
 from asyncache.middleware import DecisionCacheMiddleware
+from asyncache.middleware.status import TIMINGS_MADE, hit_timings, made_timing
 
 from . import Answer, RecordingApp, call, uvicorn_serving
 
@@ -137,3 +138,14 @@ async def test_a_client_over_http_reads_the_timing_of_a_hit() -> None:
         response = await client.post("/predict", json={"x": 3})
     assert response.headers["x-cache"] == "hit"
     assert timing(response.headers.get_list("server-timing"))[0] == "hit"
+
+
+def test_a_hits_timing_is_the_same_header_from_its_table_or_made_anew() -> None:
+    # The hit path takes a duration's header from the table when it is there and makes
+    # it (and keeps it) when not: both must read as the formatted duration.
+    for outcome, prefix in ((b"hit", b"cache;desc=hit;dur="), (None, b"cache;dur=")):
+        table = hit_timings(outcome)
+        for us, shown in ((0, b"0.000"), (17, b"0.017"), (999, b"0.999"), (1500, b"1.500")):
+            made = made_timing(outcome, us)
+            assert made == (b"server-timing", prefix + shown)
+            assert (table[us] if us < TIMINGS_MADE else made) == made

@@ -21,7 +21,12 @@ import pytest
 from asyncache.stores import DecisionStore
 from asyncache.stores.memory import MemoryStore
 from asyncache.stores.tiered import TieredStore
-from asyncache.testing import EntryScanContract, LeaseStoreContract, StoreContract
+from asyncache.testing import (
+    EntryScanContract,
+    ForgetContract,
+    LeaseStoreContract,
+    StoreContract,
+)
 
 from ..support import GENEROUS_REDIS_TIMEOUTS, require
 
@@ -105,25 +110,34 @@ class ProjectStore:
             yield made
 
 
-class TestMemoryStore(ProjectStore, StoreContract, EntryScanContract):
+class TestMemoryStore(ProjectStore, StoreContract, EntryScanContract, ForgetContract):
     kind = "memory"
 
 
-class TestSQLiteStore(ProjectStore, StoreContract, EntryScanContract, LeaseStoreContract):
+class TestSQLiteStore(
+    ProjectStore, StoreContract, EntryScanContract, ForgetContract, LeaseStoreContract
+):
     kind = "sqlite"
 
 
-class TestTieredSQLiteStore(ProjectStore, StoreContract, EntryScanContract):
+class TestTieredSQLiteStore(ProjectStore, StoreContract, EntryScanContract, ForgetContract):
     kind = "tiered-sqlite"
 
 
-class TestRedisStore(ProjectStore, StoreContract, EntryScanContract, LeaseStoreContract):
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
+class TestRedisStore(
+    ProjectStore, StoreContract, EntryScanContract, ForgetContract, LeaseStoreContract
+):
     kind = "redis"
 
 
-class TestRedisClusterStore(ProjectStore, StoreContract, EntryScanContract, LeaseStoreContract):
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
+class TestRedisClusterStore(
+    ProjectStore, StoreContract, EntryScanContract, ForgetContract, LeaseStoreContract
+):
     kind = "redis-cluster"
 
 
-class TestTieredRedisStore(ProjectStore, StoreContract, EntryScanContract):
+@pytest.mark.engines  # on redis-server and on Valkey (tests/conftest.py)
+class TestTieredRedisStore(ProjectStore, StoreContract, EntryScanContract, ForgetContract):
     kind = "tiered-redis"

@@ -26,7 +26,7 @@ from asyncache import DecisionCache, cached_prediction
 from asyncache.errors import StoreError
 
 from ..servers import RedisCluster as Servers
-from ..servers import RedisServer, send_command, start_cluster
+from ..servers import RedisServer, send_command, server_binary, start_cluster
 from ..support import IN_CI, require_binary
 
 try:
@@ -40,6 +40,9 @@ except ImportError:  # pragma: no cover - depends on the environment
     if IN_CI:
         raise
     pytest.skip("redis-py is not installed", allow_module_level=True)
+
+# On redis-server and on Valkey (tests/conftest.py).
+pytestmark = pytest.mark.engines
 
 PREFIX = "faults:"
 # Short, so that a stalled node's reads end soon; the engine's bound is longer,
@@ -63,10 +66,10 @@ def _collect_what_old_clients_leak() -> Iterator[None]:
 
 
 @pytest.fixture
-def servers(tmp_path: Path) -> Iterator[Servers]:
+def servers(redis_engine: str, tmp_path: Path) -> Iterator[Servers]:
     """Three cluster primaries of this test's own, which it may stop and continue."""
     cluster = start_cluster(
-        require_binary("redis-server"), require_binary("redis-cli"), tmp_path / "cluster"
+        server_binary(redis_engine), require_binary("redis-cli"), tmp_path / "cluster"
     )
     try:
         yield cluster
@@ -421,11 +424,11 @@ class _Failover(NamedTuple):
 
 
 @contextlib.asynccontextmanager
-async def _failover_cluster(tmp_path: Path) -> AsyncIterator[_Failover]:
+async def _failover_cluster(engine: str, tmp_path: Path) -> AsyncIterator[_Failover]:
     """3 primaries with a replica each, 60 keys stored and replicated: the primary to
     lose, its replica, and the keys on it and elsewhere."""
     cluster = start_cluster(
-        require_binary("redis-server"),
+        server_binary(engine),
         require_binary("redis-cli"),
         tmp_path / "cluster",
         replicas=1,
@@ -459,9 +462,9 @@ async def _failover_cluster(tmp_path: Path) -> AsyncIterator[_Failover]:
 
 @ISOLATED
 async def test_a_failover_costs_only_the_lost_primarys_keys_and_is_followed(
-    tmp_path: Path,
+    redis_engine: str, tmp_path: Path
 ) -> None:
-    async with _failover_cluster(tmp_path) as (store, victim, replica, on, off):
+    async with _failover_cluster(redis_engine, tmp_path) as (store, victim, replica, on, off):
         victim.kill()
         healthy_errors: list[str] = []
         promoted_at: float | None = None
@@ -485,12 +488,14 @@ async def test_a_failover_costs_only_the_lost_primarys_keys_and_is_followed(
         assert followed_after < 2.0, followed_after
 
 
-async def test_a_promotion_is_followed_within_the_refresh_interval(tmp_path: Path) -> None:
+async def test_a_promotion_is_followed_within_the_refresh_interval(
+    redis_engine: str, tmp_path: Path
+) -> None:
     """The client asks for a topology refresh at the lost primary's first errors and runs
     one at once (it still names the dead primary); the promotion comes right after. The
     next refresh, and so the promoted replica's first hits, follow within 200 ms
     (``TOPOLOGY_REFRESH``): redis-py's default interval made it a second."""
-    async with _failover_cluster(tmp_path) as (store, victim, replica, on, _):
+    async with _failover_cluster(redis_engine, tmp_path) as (store, victim, replica, on, _):
         victim.kill()
         # Errors ask for a refresh; the next round runs it (and finds the old topology).
         for _round in range(2):
@@ -522,7 +527,7 @@ async def _until_async(condition: Callable[[], bool]) -> None:
 
 
 async def test_a_stalled_primarys_promotion_is_followed_while_it_is_still_stalled(
-    tmp_path: Path,
+    redis_engine: str, tmp_path: Path
 ) -> None:
     """A primary that stalls (SIGSTOP, not killed) answers with timeouts: no MOVED, no
     refused connection, so nothing told the client to learn the topology again, and
@@ -531,7 +536,7 @@ async def test_a_stalled_primarys_promotion_is_followed_while_it_is_still_stalle
     at 3.5-4 s). A node that times out makes the client ask the other nodes: its
     keys are served by the promoted replica while the old primary is still stopped.
     """
-    async with _failover_cluster(tmp_path) as (store, victim, replica, on, off):
+    async with _failover_cluster(redis_engine, tmp_path) as (store, victim, replica, on, off):
         client = store.client
         assert isinstance(client, RedisCluster)
         with stopped(victim):

@@ -674,3 +674,26 @@ async def _count_is(store: SQLiteStore, n: int) -> bool:
 async def _count_in(path: Path) -> int:
     async with SQLiteStore(path) as reopened:
         return await reopened.count()
+
+
+async def test_a_drop_logged_before_the_log_is_first_read_still_reaches_a_subscriber(
+    path: Path,
+) -> None:
+    # The reading starts after subscribing (it opens the file first); a delete another
+    # process logs in between was taken as already seen, and its tier's copy outlived it.
+    async with SQLiteStore(path) as writer:
+        await writer.add(key(1), b"v", None)
+        await writer.delete(key(9))  # the log exists, with a row before the subscriber's
+        heard: list[bytes | None] = []
+
+        async def invalidated(k: bytes | None) -> None:
+            heard.append(k)
+
+        reader = SQLiteStore(path)
+        try:
+            reader.subscribe_invalidations(invalidated)
+            await writer.delete(key(1))  # before the reader's first look at the log
+            await until(lambda: key(1) in heard, "the reader to hear the delete")
+            assert key(9) not in heard
+        finally:
+            await reader.aclose()

@@ -29,6 +29,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 HOUR_TTL = 3600.0
 
+# On redis-server and on Valkey (tests/conftest.py).
+pytestmark = pytest.mark.engines
+
 
 def replica(url: str, prefix: str) -> TieredStore:
     """One process's tier: its own memory L1 and its own RedisStore."""

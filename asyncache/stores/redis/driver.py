@@ -25,6 +25,9 @@ number, so that a backport or a fork is judged by what it has):
   as a cluster delivers every ``PUBLISH`` to every node.
 - A node that times out or cools asks for a refresh (``ask_for_refresh``):
   a stalled node answers with nothing that would make the client ask.
+- Which slots each primary serves, as the cluster client mapped them
+  (``primaries_with_slots``: its nodes manager's slot table), for a forget's
+  one script per primary (``tags``).
 
 ``tests/stores/test_redis_driver.py`` checks each choice against the
 installed release; CI runs the Redis suites at 5.0.1 and at the newest.
@@ -53,6 +56,7 @@ __all__ = [
     "ask_for_refresh",
     "cluster_options",
     "open_pubsub",
+    "primaries_with_slots",
     "refresh_if_due",
     "take_connection",
 ]
@@ -216,3 +220,14 @@ def ask_for_refresh(client: RedisCluster, node: str) -> None:
         client._request_refresh(last_failed_node_name=node)  # run by the next refresh_if_due
     elif isinstance(client, Cluster):
         client.refresh_soon(node)
+
+
+async def primaries_with_slots(client: RedisCluster) -> list[tuple[Any, list[int]]]:
+    """Each primary of ``client``'s cluster (a ``ClusterNode``) with the slots it serves."""
+    manager = client.nodes_manager
+    if not manager.slots_cache:
+        await client.initialize()
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for slot, nodes in manager.slots_cache.items():
+        by_node.setdefault(nodes[0].name, (nodes[0], []))[1].append(slot)
+    return list(by_node.values())

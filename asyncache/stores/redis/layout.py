@@ -11,6 +11,10 @@
     <prefix>lease:released  the pub/sub channel a released lease is announced on
     <prefix>invalidated     the pub/sub channel ``clear`` (empty message) and
                             ``delete`` (the key) are announced on
+    <prefix>tags:...        tag indexes, a tagged decision's labels and the
+    <prefix>labels:...      tombstones of forgotten labels (``tags``); on a
+    <prefix>forgotten:...   cluster the first two in their decision's slot
+                            (``in_slot_of``)
 
 The header is a tag byte and the expiry as a big-endian IEEE double (Unix
 seconds; the tag says whether there is one). A value that does not start with
@@ -39,6 +43,8 @@ __all__ = [
     "RELEASED",
     "expiry",
     "glob_escape",
+    "in_slot",
+    "in_slot_of",
     "lease_is_live",
     "lease_name",
     "lease_value",
@@ -98,13 +104,24 @@ def lease_name(prefix: bytes, key: bytes, *, cluster: bool) -> bytes:
     otherwise a lease lives on some other node, and that node's failure would
     stop the leases (one computation per fleet) of keys whose primary is up.
     """
-    name = prefix + LEASE + key
     if not cluster:
-        return name
-    slot = _slot(prefix + key)
-    tagged = prefix + LEASE + b"{" + _slot_tags()[slot] + b"}" + key
+        return prefix + LEASE + key
+    return in_slot_of(prefix, key, LEASE, key)
+
+
+def in_slot_of(prefix: bytes, key: bytes, kind: bytes, rest: bytes) -> bytes:
+    """``prefix + kind + rest``, hash-tagged into the slot of ``key``'s decision.
+
+    What lives beside a decision on a cluster (its lease, its tag indexes) goes there.
+    """
+    return in_slot(prefix, _slot(prefix + key), kind, rest)
+
+
+def in_slot(prefix: bytes, slot: int, kind: bytes, rest: bytes) -> bytes:
+    """``prefix + kind + rest``, hash-tagged into ``slot``."""
+    tagged = prefix + kind + b"{" + _slot_tags()[slot] + b"}" + rest
     # A prefix with braces of its own may tag the name first: then keep what hashes right.
-    return tagged if _slot(tagged) == slot else name
+    return tagged if _slot(tagged) == slot else prefix + kind + rest
 
 
 MAX_EXPIRES_AT = 9.2e15

@@ -17,6 +17,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from ..protocol import Entry
 from .layout import LEASE, glob_escape, unpack
+from .tags import FORGOTTEN, LABELS, TAGS
 from .url import Client
 
 __all__ = ["count_entries", "describe_prefix", "unlink_all", "walk_entries"]
@@ -29,12 +30,18 @@ def _match(prefix: bytes) -> bytes:
     return glob_escape(prefix) + b"*"
 
 
+def _not_entries(prefix: bytes) -> tuple[bytes, ...]:
+    """What the names under ``prefix`` that hold no entry start with: leases, tag indexes
+    and tombstones (``tags``)."""
+    return (prefix + LEASE, prefix + TAGS, prefix + FORGOTTEN, prefix + LABELS)
+
+
 async def count_entries(client: Client, prefix: bytes) -> int:
     """How many entries (not leases) are under ``prefix``."""
     total = 0
-    lease_prefix = prefix + LEASE
+    others = _not_entries(prefix)
     async for name in client.scan_iter(match=_match(prefix), count=1000):
-        if not name.startswith(lease_prefix):
+        if not name.startswith(others):
             total += 1
     return total
 
@@ -59,7 +66,7 @@ async def walk_entries(
     ``SCAN`` may report a key twice; each is yielded once (the walk remembers
     the names it has seen: 16 bytes and change per entry).
     """
-    lease_prefix = prefix + LEASE
+    others = _not_entries(prefix)
     seen: set[bytes] = set()
     names: list[bytes] = []
 
@@ -78,7 +85,7 @@ async def walk_entries(
         return batch
 
     async for name in client.scan_iter(match=_match(prefix), count=1000):
-        if name.startswith(lease_prefix) or name in seen:
+        if name.startswith(others) or name in seen:
             continue
         seen.add(name)
         names.append(name)
@@ -106,6 +113,7 @@ async def describe_prefix(
         redis.exceptions.RedisError: a command failed.
     """
     lease_prefix = prefix + LEASE
+    indexes = (prefix + TAGS, prefix + FORGOTTEN, prefix + LABELS)
     now = time.time()
     entries = leases = forever = stored_bytes = 0
     first: float | None = None
@@ -134,6 +142,8 @@ async def describe_prefix(
     async for name in client.scan_iter(match=_match(prefix), count=1000):
         if name.startswith(lease_prefix):
             leases += 1
+            continue
+        if name.startswith(indexes):
             continue
         entries += 1
         names.append(name)

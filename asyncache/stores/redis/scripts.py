@@ -2,9 +2,38 @@
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "DELETE", "RELEASE", "RENEW", "RENEW_LEASE", "REPLACE", "SWAP"]
+__all__ = ["ACQUIRE", "DELETE", "INDEX", "RELEASE", "RENEW", "RENEW_LEASE", "REPLACE", "SWAP"]
 
-RENEW = """
+INDEX = """
+local function index(name, at_ms, member)
+  local fresh = redis.call('EXISTS', name) == 0
+  if at_ms == '' then
+    redis.call('ZADD', name, '+inf', member)
+    redis.call('PERSIST', name)
+  else
+    redis.call('ZADD', name, at_ms, member)
+    local at = redis.call('PEXPIRETIME', name)
+    if fresh or (at >= 0 and at < tonumber(at_ms)) then redis.call('PEXPIREAT', name, at_ms) end
+  end
+end
+local function reindex(labels, head, at_ms, member)
+  local digests = redis.call('GET', labels)
+  if not digests then return end
+  for i = 1, string.len(digests), 32 do
+    index(head .. string.sub(digests, i, i + 31), at_ms, member)
+  end
+  if at_ms == '' then redis.call('PERSIST', labels) else redis.call('PEXPIREAT', labels, at_ms) end
+end
+"""
+"""Lua the scripts of tagged decisions share (``tags``): ``index`` lists ``member`` in the
+index ``name`` until ``at_ms`` (``""``: no expiry), pushing the index's own expiry out;
+``reindex`` does it for every index a decision's labels key names (its digests, 32 hex
+characters each, after ``head``), when it has one: a renewed or refreshed decision stays
+listed as long as it lives."""
+
+RENEW = (
+    INDEX
+    + """
 local head = redis.call('GETRANGE', KEYS[1], 0, 8)
 if string.len(head) < 9 then return 0 end
 local tag = string.byte(head, 1)
@@ -19,11 +48,15 @@ if ARGV[2] == '' then
 else
   redis.call('PEXPIREAT', KEYS[1], ARGV[2])
 end
+reindex(KEYS[2], ARGV[4], ARGV[2], ARGV[5])
 return 1
 """
-"""Rewrite the header's expiry and Redis's own together, for a live entry only.
+)
+"""Rewrite the header's expiry and Redis's own together, for a live entry only; a tagged
+decision's indexes follow (``INDEX``).
 
-ARGV: the new header, the new PXAT in ms (``""`` for none), the caller's clock in ms.
+KEYS: the entry, its labels key. ARGV: the new header, the new PXAT in ms (``""`` for
+none), the caller's clock in ms, the head of its index names, the key.
 """
 
 REPLACE = """
@@ -42,7 +75,9 @@ Unless another writer replaced it first; returns what is there instead, or nil.
 ARGV: the old stored bytes, the new ones, the new PXAT in ms (``""`` for none).
 """
 
-SWAP = """
+SWAP = (
+    INDEX
+    + """
 local current = redis.call('GET', KEYS[1])
 if current and string.sub(current, 10) ~= ARGV[1] then return current end
 if ARGV[3] == '' then
@@ -51,14 +86,17 @@ else
   redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
 end
 if current then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+reindex(KEYS[2], ARGV[6], ARGV[3], ARGV[5])
 return false
 """
+)
 """Compare-and-set on the value after the 9-byte header (a renewal rewrites only the header).
 
 Stores the new entry if the key holds the expected value or nothing, and then
 tells other tiers to drop their copies of the old one; otherwise returns what is
-there. ARGV: the expected value, the new stored bytes, the new PXAT in ms (``""``
-for none), the invalidation channel, the key to announce.
+there; a tagged decision's indexes follow (``INDEX``). KEYS: the entry, its labels key.
+ARGV: the expected value, the new stored bytes, the new PXAT in ms (``""`` for none), the
+invalidation channel, the key to announce, the head of its index names.
 """
 
 ACQUIRE = """

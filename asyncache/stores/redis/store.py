@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -10,6 +11,7 @@ from typing import Any, Self
 from redis.asyncio.cluster import RedisCluster
 
 from ...errors import ConfigurationError, StoreError
+from ...tags import DECISION_TAGS, Tagging, labels_of
 from ..protocol import Entry
 from .channels import Invalidated, Invalidations
 from .gate import DRIVER_ERRORS, cause_of, store_error
@@ -17,6 +19,8 @@ from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pack, pxat, unpac
 from .loops import Bound, Command, Loops, Settings, refuse_other_loops, running_loop
 from .nodes import NodeHealth
 from .scan import count_entries, describe_prefix, unlink_all, walk_entries
+from .tags import REFUSED, add_tagged, index_head, labels_name
+from .tags import forget as forget_labels
 from .url import DEFAULT_PREFIX, Client, connect
 
 __all__ = ["RedisStore"]
@@ -279,13 +283,80 @@ class RedisStore:
 
     async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
         """Store ``value`` unless a live entry exists; return the winner. One round trip."""
+        if DECISION_TAGS.get() is not None:
+            found = await labels_of(key)
+            if found is not None:
+                return await self._add_tagged(key, value, expires_at, found)
         return await self._add(await self._bound(), key, value, expires_at)
 
     async def add_many(self, items: Sequence[tuple[bytes, bytes, float | None]]) -> list[Entry]:
         """``add`` for each item, in order, in one pipeline; return the winners."""
         if not items:
             return []
+        if DECISION_TAGS.get() is not None:
+            return list(
+                await asyncio.gather(*(self.add(key, value, exp) for key, value, exp in items))
+            )
         return await self._add_many(await self._bound(), items)
+
+    # -- forgetting: tagged adds, and forget (``tags``) -----------------------
+
+    async def _add_tagged(
+        self,
+        key: bytes,
+        value: bytes,
+        expires_at: float | None,
+        found: tuple[Tagging, tuple[bytes, ...]],
+    ) -> Entry:
+        """``add`` of a decision the door tagged: one script on its key's slot."""
+        bound = await self._mapped()
+        expires_at = expiry(expires_at)
+        if expires_at is not None and expires_at <= time.time():
+            return await self._add(bound, key, value, expires_at)  # nothing to store
+        tagging, labels = found
+        async with bound.gate:
+            old = await add_tagged(
+                bound.client,
+                self.prefix,
+                key,
+                pack(value, expires_at),
+                expires_at,
+                labels,
+                tagging.since,
+                bound.invalidated,
+            )
+        self._written += 1
+        if old is REFUSED:
+            tagging.refuse(key)
+            return Entry(value, expires_at)
+        return await self._settle(bound, self.prefix + key, value, expires_at, old)
+
+    async def forget(
+        self,
+        labels: Sequence[bytes],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Drop every live decision indexed under any of ``labels``; return how many.
+
+        One script on a single Redis; on a cluster, one round trip per primary
+        per batch of labels (``tags``). Then ``PUBLISH`` on ``<prefix>invalidated``,
+        so that memory tiers in front of this prefix, in every process, drop their copies.
+        """
+        bound = await self._mapped()
+        async with bound.gate:
+            dropped = await forget_labels(
+                bound.client,
+                bound.pipeline,
+                self.prefix,
+                labels,
+                dry_run=dry_run,
+                progress=progress,
+            )
+            if not dry_run:
+                await bound.execute("PUBLISH", bound.invalidated, b"")
+        return dropped
 
     def _node_failures(self, raws: list[bytes | StoreError | None]) -> list[bytes | None]:
         """A cluster ``get_many``'s replies: the keys of a node that failed are misses.
@@ -403,14 +474,28 @@ class RedisStore:
         One script on the key's own slot (so on a cluster too); a replaced entry
         is announced, so that memory tiers in front drop their copies of it.
         """
+        if DECISION_TAGS.get() is not None:
+            found = await labels_of(key)
+            if found is not None:
+                # Tagged: dropped and added again, indexed (a writer in between wins).
+                await self.delete(key)
+                return await self._add_tagged(key, value, expires_at, found)
         name = self.prefix + key
         expires_at = expiry(expires_at)
         expiry_ms: bytes | int = b"" if expires_at is None else pxat(expires_at)
         bound = await self._bound()
+        cluster = bound.cluster
         async with bound.gate:
             current = await bound.swap(
-                keys=[name],
-                args=[expected, pack(value, expires_at), expiry_ms, bound.invalidated, key],
+                keys=[name, labels_name(self.prefix, key, cluster=cluster)],
+                args=[
+                    expected,
+                    pack(value, expires_at),
+                    expiry_ms,
+                    bound.invalidated,
+                    key,
+                    index_head(self.prefix, key, cluster=cluster),
+                ],
             )
         self._written += 1
         if current is None:
@@ -430,8 +515,12 @@ class RedisStore:
             args = [HEADER.pack(EXPIRES, expires_at), pxat(expires_at)]
         args.append(math.floor(time.time() * 1000))
         bound = await self._bound()
+        cluster = bound.cluster
+        # A tagged decision's indexes follow its expiry (its labels key names them).
+        args += [index_head(self.prefix, key, cluster=cluster), key]
+        names = [self.prefix + key, labels_name(self.prefix, key, cluster=cluster)]
         async with bound.gate:
-            renewed = await bound.renew(keys=[self.prefix + key], args=args)
+            renewed = await bound.renew(keys=names, args=args)
         return bool(renewed)
 
     async def delete(self, key: bytes) -> None:
@@ -576,6 +665,13 @@ class RedisStore:
         return await (await self._bound()).leases.wait_for_entry(key, timeout)
 
     # -- internals ----------------------------------------------------------
+
+    async def _mapped(self) -> Bound:
+        """``_bound``, with a cluster's topology known (the slots' primaries)."""
+        bound = await self._bound()
+        if bound.cluster and not bound.gate.ready:
+            await bound.gate.ensure_ready()
+        return bound
 
     async def _bound(self) -> Bound:
         """What the running event loop uses: its client, gate, scripts and leases."""

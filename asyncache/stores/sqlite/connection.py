@@ -25,18 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-import anyio.to_thread
-
 from ...errors import StoreError
-from .schema import MEMORY, file_identity, open_database, open_reader
-from .threads import Connection
+from .schema import MEMORY, file_identity, open_database, open_reader, open_recording
+from .threads import Connection, to_thread
 
 __all__ = ["CHECK_EVERY", "Database"]
 
@@ -86,8 +83,8 @@ class Database:
         self._state = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._openers: dict[asyncio.AbstractEventLoop, asyncio.Task[Connection]] = {}
-        self.must_exist = False
-        """Open only a file that exists (replay): never create one."""
+        self.read_only = False
+        """Open the file read-only (replay): one connection, no file created or written."""
 
     async def connect(self) -> Connection:
         """The write connection, opened (with the read one) by the first caller.
@@ -105,13 +102,11 @@ class Database:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # trio: each caller's own worker thread waits for the opener
-            return await anyio.to_thread.run_sync(self._open, abandon_on_cancel=True)
+            return await to_thread(self._open)
         # One opening per loop, however many callers: one worker thread, not one each.
         task = self._openers.get(loop)
         if task is None:
-            task = self._openers[loop] = loop.create_task(
-                anyio.to_thread.run_sync(self._open, abandon_on_cancel=True)
-            )
+            task = self._openers[loop] = loop.create_task(to_thread(self._open))
             task.add_done_callback(self._opened)
         # Shielded: a caller that gives up must not cancel the opening for the others.
         return await asyncio.shield(task)
@@ -195,7 +190,7 @@ class Database:
         Raises:
             StoreError: the statement failed (again), or the store is closed.
         """
-        if self.closed or self._identity is None or self.check_file():
+        if self.closed or self._identity is None or (self.check_file() and self._threads_run()):
             raise StoreError(self._message(exc)) from exc
         db = await connection()
         try:
@@ -231,14 +226,34 @@ class Database:
                 self.path,
             )
             self.reopened += 1
-            self._identity = None
-            old = {id(db): db for db in (self.connection, self.reader) if db is not None}
-            self.connection = self.reader = None
+            self._drop()
+        return False
+
+    def _threads_run(self) -> bool:
+        """Whether the connections' threads still run; when not, drop the connections.
+
+        A connection's thread ends when the loop that sent a statement closed
+        before its answer came back (``threads``): the next call opens new ones.
+        """
+        with self._state:
+            if all(db.thread.is_alive() for db in (self.connection, self.reader) if db):
+                return True
+            logger.warning(
+                "SQLite store %r: a connection's thread ended; opening the path again",
+                self.path,
+            )
+            self._drop()
+        return False
+
+    def _drop(self) -> None:
+        """Forget the connections (under ``_state``); the next call opens the path again."""
+        self._identity = None
+        old = {id(db): db for db in (self.connection, self.reader) if db is not None}
+        self.connection = self.reader = None
         for db in old.values():
             # Statements already queued on it finish first. SQLite neither checkpoints
             # nor deletes the -wal of a file that is no longer at its path.
             db.stop()
-        return False
 
     def error(self, exc: Exception) -> StoreError:
         """The ``StoreError`` for a failed statement; checks that the file is still there."""
@@ -292,25 +307,23 @@ class Database:
             if self.connection is not None:
                 return self.connection  # another caller opened it while this one waited
             memory = self.path == MEMORY
-            if self.must_exist and not memory and not os.path.exists(self.path):
-                # Replay reads a recording; creating an empty file would be a write.
-                raise StoreError(
-                    f"no SQLite store at {self.path!r}: replay reads a recording "
-                    f"and creates no file; record it first with mode='record'"
-                )
             # Taken before connecting: if the file is replaced while this opens, the
             # next check sees a difference and opens again, rather than miss it.
             identity = None if memory else file_identity(self.path)
-            writer = open_database(
-                self.path, busy_timeout=self.busy_timeout, synchronous=self.synchronous
-            )
-            try:
-                reader = (
-                    writer if memory else open_reader(self.path, busy_timeout=self.busy_timeout)
+            if self.read_only and not memory:
+                # Replay reads a recording: one read-only connection, nothing created.
+                writer = reader = open_recording(self.path, busy_timeout=self.busy_timeout)
+            else:
+                writer = open_database(
+                    self.path, busy_timeout=self.busy_timeout, synchronous=self.synchronous
                 )
-            except BaseException:
-                writer.stop()
-                raise
+                try:
+                    reader = (
+                        writer if memory else open_reader(self.path, busy_timeout=self.busy_timeout)
+                    )
+                except BaseException:
+                    writer.stop()
+                    raise
             with self._state:
                 if not self.closed:
                     self.connection, self.reader = writer, reader

@@ -4,8 +4,10 @@ Redis announces a delete or a clear over pub/sub; a SQLite file has no such
 channel, so each ``delete`` and ``clear`` appends a row to
 ``asyncache_drops`` (the key, or NULL for every entry), and each process
 that subscribed (a ``TieredStore`` in front) reads the rows after the last
-one it saw, every ``POLL_SECONDS``. Without it a copy in another process's
-L1 outlived a clear by up to ``l1_ttl`` (60 s by default).
+one it saw, every ``POLL_SECONDS``, starting from the last row logged before
+it subscribed (the reading starts later, once a loop opened the file).
+Without it a copy in another process's L1 outlived a clear by up to
+``l1_ttl`` (60 s by default).
 
 The table is created on first use (``CREATE TABLE IF NOT EXISTS``), so files
 written before it existed gain it without a schema version: an asyncache
@@ -44,7 +46,8 @@ _CREATE = """CREATE TABLE IF NOT EXISTS asyncache_drops (
 )"""
 _RECORD = "INSERT INTO asyncache_drops (key, at) VALUES (?1, ?2)"
 _FORGET = "DELETE FROM asyncache_drops WHERE at < ?1"
-_LAST = "SELECT coalesce(max(seq), 0) FROM asyncache_drops"
+# Where a new reader starts: the last row written before it subscribed (?1).
+_LAST = "SELECT coalesce(max(seq), 0) FROM asyncache_drops WHERE at < ?1"
 _SINCE = "SELECT seq, key FROM asyncache_drops WHERE seq > ?1 ORDER BY seq LIMIT 1000"
 
 
@@ -70,6 +73,9 @@ class DropLog:
         self._callbacks: list[Invalidated] = []
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
+        # When the first subscriber subscribed: the reading, which starts later (with
+        # a loop, after opening the file), still hands it every drop logged since.
+        self._since: float | None = None
 
     @property
     def pending(self) -> bool:
@@ -95,6 +101,8 @@ class DropLog:
         log: copies there last up to the tier's ``l1_ttl``.
         """
         self._callbacks.append(callback)
+        if self._since is None:
+            self._since = time.time()
         self.start()
 
         def unsubscribe() -> None:
@@ -133,7 +141,8 @@ class DropLog:
             try:
                 if last is None:
                     await self._create()
-                    last = int((await self._read(_LAST, ()))[0][0])
+                    since = time.time() if self._since is None else self._since
+                    last = int((await self._read(_LAST, (since,)))[0][0])
                 else:
                     last = await self._read_since(last)
             except StoreError:

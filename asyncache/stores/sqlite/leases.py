@@ -11,7 +11,7 @@ import time
 import anyio
 
 from ..protocol import Entry
-from .sql import ACQUIRE, POLL, RELEASE, Execute
+from .sql import ACQUIRE, POLL, RELEASE, RENEW_LEASE, Execute
 
 __all__ = ["LeaseTable"]
 
@@ -37,6 +37,10 @@ class LeaseTable:
         """Take the lease on ``key`` for ``ttl`` seconds unless another token holds it."""
         now = time.time()
         return bool(await self.execute(ACQUIRE, (key, token, now + ttl, now)))
+
+    async def renew(self, key: bytes, token: bytes, ttl: float) -> bool:
+        """Extend the lease on ``key`` to ``ttl`` seconds from now if ``token`` still holds it."""
+        return bool(await self.execute(RENEW_LEASE, (key, token, time.time() + ttl)))
 
     async def release(self, key: bytes, token: bytes) -> None:
         """Drop the lease on ``key`` if ``token`` still holds it."""

@@ -1,7 +1,8 @@
 """The SQLite store's file: its schema, its version, its pragmas, and opening it.
 
 ``open_database`` creates the file (private to its owner) and connects (on a
-worker thread: opening blocks; the connection then runs on a thread of its own);
+worker thread: opening blocks; the connection is an aiosqlite one, and it
+connects and prepares on its own thread);
 ``prepare`` runs once per connection: it creates the schema in a
 ``BEGIN IMMEDIATE`` transaction, so that processes opening a new file at once
 create it once, and refuses a file written by a newer asyncache. Some of what
@@ -10,28 +11,35 @@ opens the same file (switching a new file to WAL is one), so opening tries
 again until ``busy_timeout`` has passed. ``open_reader`` opens the store's
 second connection, the one reads go through, and ``file_identity`` tells which
 file a path names, so that a store notices its file was deleted or replaced.
+``open_recording`` opens a recording for replay: read-only, creating nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from ...errors import SchemaVersionError, StoreError
-from .threads import Connection
+from .threads import Connection, open_connection
 
 __all__ = [
     "MEMORY",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "check_version",
     "create_private",
     "file_identity",
     "is_busy",
     "open_database",
     "open_reader",
+    "open_recording",
     "prepare",
+    "read_only_uri",
     "user_version",
 ]
 
@@ -104,16 +112,10 @@ def open_database(path: str, *, busy_timeout: float, synchronous: str) -> Connec
             create_private(path)
         except OSError as exc:
             raise StoreError(f"cannot create SQLite store {path!r}: {exc}") from exc
-    db = _connect(path, busy_timeout)
-    try:
-        _prepare_when_free(db, path, busy_timeout, synchronous)
-    except sqlite3.Error as exc:
-        db.close()
-        raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
-    except BaseException:
-        db.close()
-        raise
-    return Connection(db, name=f"asyncache-sqlite-writer {path}")
+    return open_connection(
+        functools.partial(_connect_prepared, path, busy_timeout, synchronous),
+        name=f"asyncache-sqlite-writer {path}",
+    )
 
 
 def open_reader(path: str, *, busy_timeout: float) -> Connection:
@@ -126,24 +128,96 @@ def open_reader(path: str, *, busy_timeout: float) -> Connection:
     Raises:
         StoreError: the file cannot be opened.
     """
-    db = _connect(path, busy_timeout)
+    return open_connection(
+        functools.partial(_connect_query_only, path, busy_timeout),
+        name=f"asyncache-sqlite-reader {path}",
+    )
+
+
+def open_recording(path: str, *, busy_timeout: float) -> Connection:
+    """A read-only connection to a recording, which writes nothing and creates no file.
+
+    Blocking: run it on a worker thread. Replay reads a recording, maybe from a
+    read-only checkout. A recording closed cleanly has no ``-wal`` file, and
+    is then opened ``immutable``: SQLite takes no lock and needs no ``-shm``
+    file, so neither the file nor its folder need be writable, and nothing
+    appears beside it. A recording whose ``-wal`` still holds pages (its
+    recorder did not close it) is opened ``mode=ro``, so that those pages are
+    read too.
+
+    Raises:
+        StoreError: there is no file, or it cannot be opened.
+        SchemaVersionError: a newer asyncache wrote the file.
+    """
+    if not os.path.exists(path):
+        raise StoreError(
+            f"no SQLite store at {path!r}: replay reads a recording "
+            f"and creates no file; record it first with mode='record'"
+        )
+    return open_connection(
+        functools.partial(_connect_recording, path, busy_timeout),
+        name=f"asyncache-sqlite-recording {path}",
+    )
+
+
+def read_only_uri(path: str, *, immutable: bool = False) -> str:
+    """The URI that opens ``path`` read-only (``immutable``: without locks or ``-shm``)."""
+    uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+    return uri + "&immutable=1" if immutable else uri
+
+
+def _connect_prepared(
+    path: str, busy_timeout: float, synchronous: str
+) -> sqlite3.Connection:  # on the connection's thread, as the others below
+    return _set_up(
+        _connect(path, busy_timeout),
+        path,
+        lambda db: _prepare_when_free(db, path, busy_timeout, synchronous),
+    )
+
+
+def _connect_query_only(path: str, busy_timeout: float) -> sqlite3.Connection:
+    return _set_up(_connect(path, busy_timeout), path, _query_only)
+
+
+def _connect_recording(path: str, busy_timeout: float) -> sqlite3.Connection:
     try:
-        db.execute("PRAGMA query_only = ON")
+        wal_size = os.path.getsize(path + "-wal")
+    except OSError:
+        wal_size = 0
+    db = _connect(read_only_uri(path, immutable=wal_size == 0), busy_timeout, uri=True)
+    return _set_up(db, path, lambda db: user_version(_query_only(db), path))
+
+
+def _query_only(db: sqlite3.Connection) -> sqlite3.Connection:
+    db.execute("PRAGMA query_only = ON")
+    return db
+
+
+def _set_up(
+    db: sqlite3.Connection, path: str, setup: Callable[[sqlite3.Connection], object]
+) -> sqlite3.Connection:
+    """``db`` after ``setup(db)``; closed when that fails.
+
+    Raises:
+        StoreError: a statement of ``setup`` failed.
+        Exception: whatever else ``setup`` raised (``SchemaVersionError``...).
+    """
+    try:
+        setup(db)
     except sqlite3.Error as exc:
         db.close()
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
-    return Connection(db, name=f"asyncache-sqlite-reader {path}")
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
-def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+def _connect(path: str, busy_timeout: float, *, uri: bool = False) -> sqlite3.Connection:
     try:
-        # check_same_thread=False: opened here, then used only by its Connection's thread.
         return sqlite3.connect(
-            path,
-            timeout=busy_timeout,
-            isolation_level=None,
-            cached_statements=256,
-            check_same_thread=False,
+            path, timeout=busy_timeout, isolation_level=None, cached_statements=256, uri=uri
         )
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
@@ -212,7 +286,15 @@ def user_version(db: sqlite3.Connection, path: str) -> int:
     Raises:
         SchemaVersionError: it is newer than ``SCHEMA_VERSION``.
     """
-    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    return check_version(int(db.execute("PRAGMA user_version").fetchone()[0]), path)
+
+
+def check_version(version: int, path: str) -> int:
+    """``version``, the file's schema version, unless it is newer than ``SCHEMA_VERSION``.
+
+    Raises:
+        SchemaVersionError: it is newer than ``SCHEMA_VERSION``.
+    """
     if version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"SQLite store {path!r} has schema version {version}, but this asyncache "

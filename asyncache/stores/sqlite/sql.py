@@ -23,21 +23,32 @@ __all__ = [
     "EVICT_EXPIRING",
     "EVICT_FOREVER",
     "EXPIRED_AT",
+    "FOLLOW_TAGS",
+    "FORGOTTEN_OLD",
     "GET_CHUNK",
     "GET_ONE",
+    "INDEX_KEY",
     "LIVE_LEASES",
     "PAGES",
     "POLL",
     "PRUNE",
     "PRUNE_LEASES",
+    "PRUNE_TAGS",
     "RELEASE",
     "RENEW",
+    "RENEW_LEASE",
     "REPLACE",
     "SUMMARY",
     "TABLES",
+    "TAG_TABLES",
+    "TOMBSTONE",
     "USED_BYTES",
     "Execute",
+    "add_unless_forgotten",
+    "forget_entries",
+    "forget_index",
     "insert_many",
+    "live_tagged",
     "numbered",
     "select_many",
     "storable_expiry",
@@ -123,6 +134,11 @@ ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at = excluded.ex
 WHERE asyncache_leases.expires_at <= ?4 OR asyncache_leases.token = excluded.token
 RETURNING 1"""
 RELEASE = "DELETE FROM asyncache_leases WHERE key = ?1 AND token = ?2"
+# A renewal only extends a lease its token still holds: one that crossed its
+# holder's release (or a takeover) must never take the lease again.
+RENEW_LEASE = (
+    "UPDATE asyncache_leases SET expires_at = ?3 WHERE key = ?1 AND token = ?2 RETURNING 1"
+)
 POLL = """SELECT e.value, e.expires_at,
     EXISTS (SELECT 1 FROM asyncache_leases WHERE key = ?2 AND expires_at > ?1)
 FROM (SELECT 1) LEFT JOIN asyncache_entries AS e
@@ -174,3 +190,74 @@ def storable_expiry(expires_at: float | None) -> float | None:
     if when == math.inf or math.isnan(when):
         return None
     return when
+
+
+# -- the tag index and tombstones (``tags``): created on first use -------------------
+
+TAG_TABLES = (
+    """CREATE TABLE IF NOT EXISTS asyncache_tags (
+        label BLOB NOT NULL,
+        key BLOB NOT NULL,
+        expires_at REAL,
+        PRIMARY KEY (label, key)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS asyncache_tags_expires_at ON asyncache_tags (expires_at)",
+    "CREATE INDEX IF NOT EXISTS asyncache_tags_key ON asyncache_tags (key)",
+    """CREATE TABLE IF NOT EXISTS asyncache_forgotten (
+        label BLOB PRIMARY KEY NOT NULL,
+        until REAL NOT NULL
+    ) WITHOUT ROWID""",
+)
+# ?1 label, ?2 key, ?3 the decision's expiry (the row expires with it).
+INDEX_KEY = """INSERT INTO asyncache_tags (label, key, expires_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (label, key) DO UPDATE SET expires_at = CASE
+    WHEN expires_at IS NULL OR excluded.expires_at IS NULL THEN NULL
+    ELSE max(expires_at, excluded.expires_at) END"""
+# ?1 label, ?2 until when writes that began earlier are refused.
+TOMBSTONE = """INSERT INTO asyncache_forgotten (label, until) VALUES (?1, ?2)
+ON CONFLICT (label) DO UPDATE SET until = max(until, excluded.until)"""
+PRUNE_TAGS = "DELETE FROM asyncache_tags WHERE expires_at <= ?1"
+# A renewed or refreshed decision's index rows follow its expiry: ?1 key, ?2 expiry.
+FOLLOW_TAGS = "UPDATE asyncache_tags SET expires_at = ?2 WHERE key = ?1"
+FORGOTTEN_OLD = "DELETE FROM asyncache_forgotten WHERE until <= ?1"
+
+
+def _labels(n: int, first: int) -> str:
+    return ", ".join(f"?{i}" for i in range(first, first + n))
+
+
+@functools.lru_cache(maxsize=64)
+def add_unless_forgotten(n: int) -> str:
+    """``add`` of one row (?2 key, ?3 value, ?4 expiry) unless a tombstone of its ``n``
+    labels (?6...) reaches its start (?5); the winner, or no row when refused."""
+    return (
+        "INSERT INTO asyncache_entries (key, value, expires_at) SELECT ?2, ?3, ?4 "
+        "WHERE NOT EXISTS (SELECT 1 FROM asyncache_forgotten "
+        f"WHERE label IN ({_labels(n, 6)}) AND until >= ?5)"
+        f"{_ADD_TAIL.replace('RETURNING key, value, expires_at', 'RETURNING value, expires_at')}"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def forget_entries(n: int) -> str:
+    """Delete the entries indexed under ``n`` labels (?2...; ?1 unused, for numbering);
+    one row per entry: its expiry (the caller tells live from expired)."""
+    return (
+        "DELETE FROM asyncache_entries WHERE ?1 = ?1 AND key IN (SELECT key FROM asyncache_tags "
+        f"WHERE label IN ({_labels(n, 2)})) RETURNING expires_at"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def forget_index(n: int) -> str:
+    """Delete the index rows of ``n`` labels (?2...; ?1 unused, for numbering)."""
+    return f"DELETE FROM asyncache_tags WHERE ?1 = ?1 AND label IN ({_labels(n, 2)})"
+
+
+@functools.lru_cache(maxsize=64)
+def live_tagged(n: int) -> str:
+    """How many live entries are indexed under ``n`` labels (?2...)."""
+    return (
+        "SELECT count(*) FROM asyncache_entries WHERE key IN (SELECT key FROM asyncache_tags "
+        f"WHERE label IN ({_labels(n, 2)})) AND {_LIVE}"
+    )

@@ -8,7 +8,6 @@ the file holds (for ``asyncache stats``) in ``describe``.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import sqlite3
@@ -17,9 +16,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
-import anyio.to_thread
-
 from ...errors import ConfigurationError
+from ...tags import DECISION_TAGS, Tagging, labels_of
 from ..protocol import Entry
 from .connection import Database
 from .describe import describe_database, describe_file
@@ -43,6 +41,8 @@ from .sql import (
     select_many,
     storable_expiry,
 )
+from .tags import TagIndex
+from .threads import to_thread
 from .upkeep import Upkeep
 from .url import parse_url
 
@@ -136,6 +136,8 @@ class SQLiteStore:
         )
         self._leases = LeaseTable(database.execute, database.read)
         self._drops = DropLog(database.execute, database.read, database.spawn)
+        self._tags = TagIndex(database.execute, database.read)
+        self._upkeep.also = self._tags.prune
         self._pruning: threading.Thread | None = None  # the background pruning
         self._reading = 0  # reads of ours in flight; while any is, gets are gathered
         self._gets: Gatherer[bytes, Entry | None] = Gatherer(self._run_get, database.spawn)
@@ -235,6 +237,10 @@ class SQLiteStore:
 
     async def add(self, key: bytes, value: bytes, expires_at: float | None) -> Entry:
         """Store ``value`` unless a live entry exists; return the winner. One statement."""
+        if DECISION_TAGS.get() is not None:
+            found = await labels_of(key)
+            if found is not None:
+                return await self._add_tagged(key, value, expires_at, found)
         adds = self._adds
         item = (key, value, storable_expiry(expires_at))
         gathering = adds.open
@@ -257,13 +263,53 @@ class SQLiteStore:
         """``add`` for each item, in order, in one statement; return the winners."""
         if not items:
             return []
+        if DECISION_TAGS.get() is not None:
+            return [await self.add(key, value, expires_at) for key, value, expires_at in items]
         return await self._run_add(
             [(key, value, storable_expiry(expires_at)) for key, value, expires_at in items]
         )
 
+    async def _add_tagged(
+        self,
+        key: bytes,
+        value: bytes,
+        expires_at: float | None,
+        found: tuple[Tagging, tuple[bytes, ...]],
+    ) -> Entry:
+        """``add`` of a decision the door tagged: indexed, or refused after a forget."""
+        tagging, labels = found
+        when = storable_expiry(expires_at)
+        self.write_queries += 1
+        winner = await self._tags.add(key, value, when, labels, tagging.since)
+        if winner is None:
+            tagging.refuse(key)
+            return Entry(value, expires_at)
+        return winner
+
+    async def forget(
+        self,
+        labels: Sequence[bytes],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Drop every live decision indexed under any of ``labels``; return how many.
+
+        Tombstones first (writes that began before are refused from then on),
+        then the entries and their index rows; then the drop is logged, so that
+        every process's tier in front drops its copies (``subscribe_invalidations``).
+        """
+        dropped = await self._tags.forget(labels, dry_run=dry_run, progress=progress)
+        if not dry_run:
+            await self._drops.record(None)
+        return dropped
+
     async def renew(self, key: bytes, expires_at: float | None) -> bool:
         """Move a live entry's expiry; ``False`` when there is none."""
-        rows = await self._database.execute(RENEW, (time.time(), storable_expiry(expires_at), key))
+        when = storable_expiry(expires_at)
+        rows = await self._database.execute(RENEW, (time.time(), when, key))
+        if rows:
+            await self._tags.follow(key, when)
         return bool(rows)
 
     async def delete(self, key: bytes) -> None:
@@ -278,11 +324,18 @@ class SQLiteStore:
 
         One upsert: a compare-and-set across every process on the file.
         """
+        if DECISION_TAGS.get() is not None:
+            found = await labels_of(key)
+            if found is not None:
+                # Tagged: dropped and added again, indexed (a writer in between wins).
+                await self.delete(key)
+                return await self._add_tagged(key, value, expires_at, found)
         when = storable_expiry(expires_at)
         rows = await self._database.execute(REPLACE, (time.time(), key, value, when, expected))
         self.write_queries += 1
         stored, stored_expiry = rows[0]
         if stored == value:
+            await self._tags.follow(key, when)
             # The other processes' tiers drop their copy of what was replaced, as after
             # a delete (a refresh's new decision is read from the file next).
             await self._drops.record(key)
@@ -299,12 +352,15 @@ class SQLiteStore:
     def pause_upkeep(self) -> None:
         """Write nothing on its own from now on: no background prune, no eviction, no new file.
 
-        Replay calls it, so that reading a recording leaves the file as it was
-        recorded, expired entries included, and a path with no recording stays
-        absent (every read is then a store error). ``prune()`` still prunes when called.
+        Replay calls it, before the store's first use, so that reading a
+        recording leaves the file as it was recorded, expired entries included:
+        the file is then opened read-only (``schema.open_recording``), so a
+        read-only checkout replays and nothing is created beside the file (no
+        ``-wal`` or ``-shm``), and a path with no recording stays absent (every
+        read is then a store error). A write, ``prune()`` included, then fails.
         """
         self._upkeep.paused = True
-        self._database.must_exist = True
+        self._database.read_only = True
 
     async def prune(self) -> int:
         """Delete expired entries and leases, then enforce the bounds.
@@ -326,6 +382,7 @@ class SQLiteStore:
         """
         await self._database.execute(CLEAR_ENTRIES, ())
         await self._database.execute(CLEAR_LEASES, ())
+        await self._tags.clear()
         await self._drops.record(None)
         await self._database.vacuum()
 
@@ -338,7 +395,7 @@ class SQLiteStore:
         thread = self._pruning
         if thread is not None:
             # A prune under way finishes first: its statements need the connection.
-            await anyio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
+            await to_thread(thread.join)
         await self._database.aclose()
 
     async def entries(self, *, batch_size: int = 500) -> AsyncIterator[list[tuple[bytes, Entry]]]:
@@ -393,12 +450,10 @@ class SQLiteStore:
             raise database.closed_error()
         try:
             if database.reader is None and self.path != MEMORY:
-                facts = await anyio.to_thread.run_sync(
-                    functools.partial(describe_file, self.path, busy_timeout=self.busy_timeout)
-                )
+                facts = await describe_file(self.path, busy_timeout=self.busy_timeout)
             else:
                 db = database.ready_reader() or await database.read_connection()
-                facts = await db.call(describe_database, self.path)
+                facts = await describe_database(db.execute_fetchall, self.path)
         except sqlite3.Error as exc:
             raise database.error(exc) from exc
         return {
@@ -417,6 +472,14 @@ class SQLiteStore:
         The holder of ``token`` may take it again to extend it.
         """
         return await self._leases.acquire(key, token, ttl)
+
+    async def renew_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
+        """Extend the lease on ``key`` to ``ttl`` seconds from now if ``token`` still holds it.
+
+        Never takes a lease: a renewal that crossed its holder's release (or a
+        takeover) changes nothing and returns ``False``.
+        """
+        return await self._leases.renew(key, token, ttl)
 
     async def release_lease(self, key: bytes, token: bytes) -> None:
         """Drop the lease on ``key`` if ``token`` still holds it."""

@@ -1,199 +1,219 @@
-"""The threads SQLite connections run on: one daemon per connection, answering any loop.
+"""The threads SQLite connections run on: aiosqlite's, one per connection, answering any loop.
 
-Every statement on a connection runs on that connection's own thread, in the
-order it was sent, so a connection is never used by two threads at once. The
-caller waits without blocking its event loop, whatever loop it runs (asyncio
-or trio, through anyio) and however many loops share the store (threads each
-running ``asyncio.run``): each statement's answer goes back to the loop that
-sent it. Under asyncio that is a future and ``call_soon_threadsafe``, as cheap
-as aiosqlite's hop; on other loops, an ``anyio.Event`` set through the loop's
-token.
+Each connection is an ``aiosqlite.Connection``: every statement on it runs on
+its own thread, in the order it was sent, and its answer goes back to the
+asyncio loop that sent it (aiosqlite makes the future on the caller's running
+loop), so several threads each running ``asyncio.run`` share one connection.
+
+aiosqlite is asyncio's alone. Under trio (or any loop other than asyncio's) a
+statement goes through an anyio worker thread that hands it to the same
+aiosqlite connection from a short ``asyncio.run`` of its own: a few tens of
+microseconds more per statement, and the same connection, order and file.
 
 A caller that stops waiting (cancelled, timed out) leaves its statement to
-finish: the statement's answer then goes nowhere.
+finish: the statement's answer then goes nowhere. When the loop that sent it
+is closed by then, aiosqlite's thread ends on the error (it cannot post the
+answer); the next statement on that connection finds its thread gone and
+fails with ``sqlite3.ProgrammingError``, and the store opens a new one
+(``connection.Database``). Only a connection whose caller was cancelled looks
+at its thread before each statement: looking costs a few microseconds a hit.
 
-The threads are daemons, so a program that never closed its store (it forgot
-``aclose()``, or an exception ended ``asyncio.run`` first) is never held at
-exit. At exit, ``close_at_exit`` closes every connection still open, each
-after the statements queued on it, waiting ``EXIT_WAIT`` seconds in all. Every
-add is its own committed transaction, so what a store returned is in the file
-(or its WAL) either way; the clean close also folds the WAL back into the file.
+The threads are made daemons before they start (aiosqlite's are not), so a
+program that never closed its store (it forgot ``aclose()``, or an exception
+ended ``asyncio.run`` first) is never held at exit. At exit, ``close_at_exit``
+closes every connection still open, each after the statements queued on it,
+waiting ``EXIT_WAIT`` seconds in all. Every add is its own committed
+transaction, so what a store returned is in the file (or its WAL) either way;
+the clean close also folds the WAL back into the file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
-import queue
+import functools
+import inspect
 import sqlite3
 import threading
 import time
-import weakref
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
+
+import anyio.to_thread
+
+try:
+    import aiosqlite
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError("SQLiteStore needs: pip install 'asyncache-ml[sqlite]'") from exc
 
 from .sql import numbered
 
-__all__ = ["EXIT_WAIT", "Connection", "close_at_exit"]
+# The running asyncio loop or None, without raising: asked on every statement.
+_get_running_loop = asyncio._get_running_loop
+
+__all__ = ["EXIT_WAIT", "Connection", "close_at_exit", "open_connection", "to_thread"]
 
 EXIT_WAIT = 2.0
 """Seconds the interpreter's exit waits, in all, for open connections to close."""
 
 ResultT = TypeVar("ResultT")
 
-# What a statement's thread does with its outcome: hand it to the waiting loop.
-Post = Callable[[Any, BaseException | None], None]
-
-_open: weakref.WeakSet[Connection] = weakref.WeakSet()
+# Connections not yet closed, held until their thread ends: aiosqlite warns when a
+# connection it still has open is garbage-collected.
+_open: set[Connection] = set()
+_open_lock = threading.Lock()
 
 
 class Connection:
-    """One ``sqlite3`` connection and the daemon thread every statement on it runs on.
+    """One ``aiosqlite.Connection`` and the daemon thread its statements run on.
 
-    Args:
-        connection: made with ``check_same_thread=False`` (it was opened and
-            prepared on another thread); nothing else may use it after this.
-        name: the thread's name, for debuggers and stack dumps.
+    Made by ``open_connection`` (on a worker thread: opening blocks).
     """
 
-    __slots__ = ("__weakref__", "_db", "_jobs", "_lock", "_stopped", "thread")
+    __slots__ = ("_aio", "_careful", "_lock", "_stopped", "thread")
 
-    def __init__(self, connection: sqlite3.Connection, *, name: str = "asyncache-sqlite") -> None:
-        self._db = connection
-        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Post] | None] = (
-            queue.SimpleQueue()
-        )
-        self._lock = threading.Lock()  # orders "stopped" against sending a statement
+    def __init__(self, aio: aiosqlite.Connection, thread: threading.Thread) -> None:
+        self._aio = aio
+        self.thread = thread
+        self._lock = threading.Lock()
         self._stopped = False
-        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self.thread.start()
-        _open.add(self)
-
-    async def call(self, function: Callable[..., ResultT], *args: Any) -> ResultT:
-        """``function(connection, *args)`` on the connection's thread; its result.
-
-        Raises:
-            sqlite3.ProgrammingError: the connection is closed.
-            Exception: whatever ``function`` raised.
-        """
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return await _call_elsewhere(self, function, args)
-        future: asyncio.Future[ResultT] = loop.create_future()
-
-        def post(result: Any, error: BaseException | None) -> None:
-            # The loop may be closed by now (its program ended): nobody waits then.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, result, error)
-
-        self.send(function, args, post)
-        return await future
+        # Whether a call must look before sending: the connection was stopped, or a
+        # caller stopped waiting (its loop may close before the answer comes back,
+        # which ends the thread). Looking costs a few microseconds; most never need to.
+        self._careful = False
+        with _open_lock:
+            _open.add(self)
 
     async def execute_fetchall(self, statement: str, params: Sequence[object] = ()) -> list[Any]:
-        """Run one statement; its rows."""
-        return await self.call(_fetchall, statement, params)
+        """Run one statement; its rows.
+
+        Raises:
+            sqlite3.ProgrammingError: the connection is closed, or its thread ended.
+            sqlite3.Error: the statement failed.
+        """
+        if self._careful and (self._stopped or not self.thread.is_alive()):
+            raise _closed(self._stopped)
+        if _get_running_loop() is None:  # trio: through a worker thread's own asyncio loop
+            return await to_thread(_in_asyncio, self.execute_fetchall, statement, params)
+        try:
+            rows = await self._aio.execute_fetchall(statement, numbered(params))
+        except ValueError:  # aiosqlite's "Connection closed": stopped meanwhile
+            raise self._closed_meanwhile() from None
+        except asyncio.CancelledError:
+            self._careful = True
+            raise
+        return rows  # type: ignore[return-value]  # sqlite3's fetchall(): a list
 
     async def executescript(self, script: str) -> None:
         """Run ``script`` (several statements, or one that must be stepped to its end)."""
-        await self.call(_executescript, script)
+        if self._careful and (self._stopped or not self.thread.is_alive()):
+            raise _closed(self._stopped)
+        if _get_running_loop() is None:
+            await to_thread(_in_asyncio, self.executescript, script)
+            return
+        try:
+            await self._aio.executescript(script)
+        except ValueError:
+            raise self._closed_meanwhile() from None
+        except asyncio.CancelledError:
+            self._careful = True
+            raise
 
-    def send(self, function: Callable[..., Any], args: tuple[Any, ...], post: Post) -> None:
-        """Queue ``function(connection, *args)``; ``post`` gets its outcome on the thread.
-
-        Raises:
-            sqlite3.ProgrammingError: the connection is closed.
-        """
-        with self._lock:
-            if self._stopped:
-                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-            self._jobs.put((function, args, post))
+    def _closed_meanwhile(self) -> Exception:
+        """What aiosqlite's ``ValueError`` (its "Connection closed") means here."""
+        if self._stopped:
+            return _closed(True)
+        return sqlite3.ProgrammingError("aiosqlite refused the statement: connection closed")
 
     async def close(self) -> None:
-        """Close the connection after the statements queued on it; its thread then ends."""
-        try:
-            await self.call(_close)
-        except sqlite3.Error:
-            pass  # closed already
-        finally:
-            # Also when the caller was cancelled: the thread must end all the same.
-            self.stop()
+        """Close the connection after the statements queued on it; wait for its thread."""
+        self.stop()
+        await to_thread(self.thread.join)
 
     def stop(self) -> None:
         """Close the connection after the statements queued on it, without waiting."""
+        if self.stopping():
+            # aiosqlite's close is a coroutine: a thread of its own runs it, in a loop
+            # of its own, and holds the connection until it is closed.
+            threading.Thread(
+                target=self._close_and_forget, name="asyncache-sqlite-close", daemon=True
+            ).start()
+
+    def stopping(self) -> bool:
+        """Mark the connection stopped; whether it was not already."""
         with self._lock:
             if self._stopped:
-                return
-            self._stopped = True
-            self._jobs.put((_close, (), _ignore))
-            self._jobs.put(None)
-        _open.discard(self)
+                return False
+            self._stopped = self._careful = True
+            return True
 
-    def _serve(self) -> None:
-        jobs = self._jobs
-        db = self._db
-        while True:
-            job = jobs.get()
-            if job is None:
-                return
-            function, args, post = job
-            try:
-                result = function(db, *args)
-            except BaseException as exc:
-                post(None, exc)
-            else:
-                post(result, None)
+    def _close_and_forget(self) -> None:
+        try:
+            asyncio.run(_close(self._aio))
+        finally:
+            with _open_lock:
+                _open.discard(self)
 
 
-async def _call_elsewhere(
-    connection: Connection, function: Callable[..., ResultT], args: tuple[Any, ...]
-) -> ResultT:
-    """``Connection.call`` on a loop other than asyncio's (trio), through anyio."""
-    import anyio.from_thread
-    import anyio.lowlevel
-
-    token = anyio.lowlevel.current_token()
-    done = anyio.Event()
-    outcome: list[tuple[Any, BaseException | None]] = []
-
-    def post(result: Any, error: BaseException | None) -> None:
-        outcome.append((result, error))
-        # The run may have ended (RunFinishedError): nobody waits then.
-        with contextlib.suppress(Exception):
-            anyio.from_thread.run_sync(done.set, token=token)
-
-    connection.send(function, args, post)
-    await done.wait()
-    result, error = outcome[0]
-    if error is not None:
-        raise error
-    return result  # type: ignore[no-any-return]
+async def _close(aio: aiosqlite.Connection) -> None:
+    await aio.close()
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # its caller stopped waiting
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def open_connection(connector: Callable[[], sqlite3.Connection], *, name: str) -> Connection:
+    """A ``Connection`` whose thread runs ``connector`` first (blocking: a worker thread).
+
+    Raises:
+        Exception: whatever ``connector`` raised (its thread has ended then).
+    """
+    aio = aiosqlite.Connection(connector, 64)
+    # aiosqlite before 0.22 made the Connection the thread itself; since, a thread it holds.
+    thread = cast(threading.Thread, getattr(aio, "_thread", aio))
+    thread.daemon = True  # never holds the program at exit: close_at_exit closes it
+    thread.name = name
+    asyncio.run(_started(aio, thread))
+    return Connection(aio, thread)
 
 
-def _fetchall(db: sqlite3.Connection, statement: str, params: Sequence[object]) -> list[Any]:
-    return db.execute(statement, numbered(params)).fetchall()
+async def _started(aio: aiosqlite.Connection, thread: threading.Thread) -> None:
+    try:
+        await aio
+    except BaseException:
+        # aiosqlite stops the thread with an answer due to this loop: it must still
+        # be open then (a thread that cannot post its answer ends on the error).
+        while thread.is_alive():  # noqa: ASYNC110 - a thread's end, not an event
+            await asyncio.sleep(0.001)
+        raise
 
 
-def _executescript(db: sqlite3.Connection, script: str) -> None:
-    db.executescript(script)
+def _in_asyncio(
+    call: Callable[..., Awaitable[ResultT]], *args: Any
+) -> ResultT:  # pragma: no cover - run on a worker thread
+    async def run() -> ResultT:
+        return await call(*args)
+
+    return asyncio.run(run())
 
 
-def _close(db: sqlite3.Connection) -> None:
-    db.close()
+def _closed(stopped: bool) -> sqlite3.ProgrammingError:
+    if stopped:
+        return sqlite3.ProgrammingError("Cannot operate on a closed database.")
+    # Its loop was closed before the answer came back (see the module's notes).
+    return sqlite3.ProgrammingError("the connection's thread has ended")
 
 
-def _ignore(result: Any, error: BaseException | None) -> None:
-    return None
+# anyio 4.1 renamed run_sync's ``cancellable`` to ``abandon_on_cancel`` (and warns
+# on the old name); anyio 4.0, which pyproject.toml allows, knows only the old one.
+_ABANDON = (
+    "abandon_on_cancel"
+    if "abandon_on_cancel" in inspect.signature(anyio.to_thread.run_sync).parameters
+    else "cancellable"
+)
+
+
+async def to_thread(function: Callable[..., ResultT], *args: Any, **kwargs: Any) -> ResultT:
+    """``function(*args, **kwargs)`` on an anyio worker thread; one that gives up leaves it."""
+    run_sync: Any = anyio.to_thread.run_sync  # its keyword differs between releases
+    return await run_sync(functools.partial(function, *args, **kwargs), **{_ABANDON: True})  # type: ignore[no-any-return]
 
 
 def close_at_exit(wait: float = EXIT_WAIT) -> None:
@@ -201,14 +221,31 @@ def close_at_exit(wait: float = EXIT_WAIT) -> None:
 
     Each closes after the statements queued on it; one that is stuck (another
     process holds the lock its statement waits for) is left to the process's
-    end, which rolls back the statement and keeps every committed one.
+    end, which rolls back the statement and keeps every committed one. No
+    thread may start at exit (Python 3.12), so the closes run on a loop here.
     """
     deadline = time.monotonic() + wait
-    for connection in list(_open):
-        connection.stop()
-        # One at a time: the last connection to a file to close folds the WAL into it,
-        # and two closing at once may each see the other still open.
-        connection.thread.join(max(0.0, deadline - time.monotonic()))
+    with _open_lock:
+        connections = list(_open)
+    loop = asyncio.new_event_loop()
+    try:
+        for connection in connections:
+            remaining = max(0.0, deadline - time.monotonic())
+            if connection.stopping():
+                # One at a time: the last connection to a file to close folds the WAL
+                # into it, and two closing at once may each see the other still open.
+                closing = loop.create_task(_close(connection._aio))
+                loop.run_until_complete(asyncio.wait([closing], timeout=remaining))
+                if not closing.done():
+                    _stuck.append(closing)  # never collected half-way: the process ends
+            else:  # closing on a thread of its own already
+                connection.thread.join(remaining)
+    finally:
+        if not _stuck:
+            loop.close()
+
+
+_stuck: list[asyncio.Task[None]] = []
 
 
 atexit.register(close_at_exit)

@@ -79,6 +79,8 @@ class Upkeep:
         self.unchecked = 0
         self.slack = max(1, min(1000, (max_entries or 100_000) // 100))
         self.failing = False
+        self.also: Callable[[float], Awaitable[object]] | None = None
+        """More to prune with the entries (the tag index, ``tags``), given the time."""
         self.paused = False
         """Set by ``SQLiteStore.pause_upkeep``: the background task prunes and evicts no more."""
         self.pruned = 0
@@ -113,6 +115,8 @@ class Upkeep:
                 if deleted < DELETE_CHUNK:
                     break
             await self.execute(PRUNE_LEASES, (now,))
+            if self.also is not None:
+                await self.also(now)
             await self.enforce_bounds()
             pages, free = (await self.execute(PAGES, ()))[0]
             if free > pages // 2:
