@@ -19,7 +19,7 @@ from .decorator import (
     MethodWarning,
     cached_prediction,
 )
-from .engine import TrustReport
+from .engine import StoreCheck, TrustReport
 from .errors import (
     AsyncacheError,
     ConfigurationError,
@@ -98,6 +98,7 @@ __all__ = [
     "ReplayRefused",
     "SchemaVersionError",
     "SignatureError",
+    "StoreCheck",
     "StoreError",
     "ThreadOffload",
     "TrustReport",

@@ -20,8 +20,10 @@ from .engine import (
     Engine,
     Fingerprint,
     Freshness,
+    StoreCheck,
     StoreGuard,
     TtlHook,
+    check_store,
     forget,
 )
 from .errors import ConfigurationError
@@ -542,6 +544,21 @@ class DecisionCache:
         return await warm(self.engine, function, inputs, concurrency=concurrency, progress=progress)
 
     # -- lifecycle and stats ----------------------------------------------
+
+    async def check(self) -> StoreCheck:
+        """Make one round trip to the store and say what failed, if anything did.
+
+        Writes a probe key, reads it back and deletes it (in replay, which never
+        writes, only reads one), each step under ``store_timeout``. For an app's
+        startup and a health route: where calls treat a store that is down as a
+        miss, this names the failing step and its error. Never raises for the
+        store's faults or bugs: the answer says them.
+
+        Returns:
+            A ``StoreCheck``, true when every step succeeded; ``.message`` says what
+            failed (``"RedisStore: write failed: StoreError: ..."``).
+        """
+        return await check_store(self.engine)
 
     def stats(self) -> dict[str, Any]:
         """Every counter, the in-flight gauge and the store's own stats when it has them."""

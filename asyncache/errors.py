@@ -5,7 +5,7 @@ cannot encode, ``ValueError`` for a bad option, the builtin ``TimeoutError``.
 Everything asyncache defines itself derives from ``AsyncacheError``::
 
     AsyncacheError
-     ├── StoreError               a store failed (the engine turns it into a miss)
+     ├── StoreError               a store failed (a miss; one from a bug is raised)
      │    └── SchemaVersionError  a store file was written by a newer asyncache
      ├── DecodeError              a stored value is corrupt, tampered or unknown
      │    └── SignatureError      its signature does not match the secret (or it has none)
@@ -37,6 +37,10 @@ class AsyncacheError(Exception):
 
 class StoreError(AsyncacheError):
     """A store could not complete an operation.
+
+    The engine makes it a miss or a skipped write, unless its ``__cause__`` is a
+    sign of a bug or a version mismatch (a ``TypeError``, ``AttributeError``,
+    ``NameError`` or ``ImportError``): that one is raised to the caller.
 
     Attributes:
         shard: the part of the store that failed (a Redis Cluster node's

@@ -181,6 +181,20 @@ class RateLimitedLog:
         self._suppressed: dict[str, int] = {}
 
     def warning(self, kind: str, message: str, *args: object) -> None:
+        self._log(logging.WARNING, kind, message, args, None)
+
+    def error(self, kind: str, message: str, *args: object, exc_info: BaseException) -> None:
+        """Log an error with ``exc_info``'s traceback, at most once per interval per kind."""
+        self._log(logging.ERROR, kind, message, args, exc_info)
+
+    def _log(
+        self,
+        level: int,
+        kind: str,
+        message: str,
+        args: tuple[object, ...],
+        exc_info: BaseException | None,
+    ) -> None:
         now = time.monotonic()
         last = self._last.get(kind)
         if last is not None and now - last < self._interval:
@@ -190,4 +204,4 @@ class RateLimitedLog:
         suppressed = self._suppressed.pop(kind, 0)
         if suppressed:
             message += f" ({suppressed} similar messages suppressed)"
-        self._logger.warning(message, *args)
+        self._logger.log(level, message, *args, exc_info=exc_info)

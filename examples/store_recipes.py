@@ -6,7 +6,7 @@ so building one names where it will connect and nothing more.
 
 import asyncio
 
-from asyncache import DecisionCache, open_store
+from asyncache import open_store
 from asyncache.stores import DecisionStore
 
 
@@ -28,6 +28,18 @@ async def main() -> None:
     same = open_store("sqlite:///decisions.sqlite?max_entries=1000000")
     print("sqlite:", type(same).__name__, store.max_entries == same.max_entries)
     await asyncio.gather(store.aclose(), same.aclose())
+
+    # --8<-- [start:check]
+    from asyncache import DecisionCache
+    from asyncache.stores.sqlite import SQLiteStore
+
+    cache = DecisionCache(SQLiteStore("decisions.sqlite"))
+    found = await cache.check()  # at startup: write, read back and delete a probe key
+    if not found:  # e.g. "RedisStore: write failed: StoreError: redis: ConnectionError: ..."
+        raise SystemExit(found.message)
+    # --8<-- [end:check]
+    print("check:", found.steps, found.ok)
+    await cache.aclose()
 
     # --8<-- [start:redis]
     from asyncache.stores.redis import RedisStore

@@ -144,6 +144,7 @@ CHECKS: dict[str, Check] = {
         stdout=(
             r"^memory: 100000 268435456$",
             r"^sqlite: SQLiteStore True$",
+            r"^check: \('write', 'read', 'delete'\) True$",
             r"^redis: b'myapp:' False$",
             r"^cluster: b'myapp:' True$",
             r"^tiered: SQLiteStore 10000 60$",

@@ -11,8 +11,9 @@ here, never from its underscore modules. Its modules:
 - ``_flights``: the one coalescing table (a flight per missed key);
 - ``_freshness``: fresh, stale-while-revalidate, stale-if-error, gone; jitter
   and cached errors;
-- ``_guard``: the store guard (timeouts, failure counting, cool-down) and the
-  shared deadlines of one call;
+- ``_guard``: the store guard (timeouts, failure counting, cool-down, a bug
+  raised rather than a miss) and the shared deadlines of one call;
+- ``_check``: the startup check, one round trip to the store;
 - ``_leases``: one computation per fleet, through the store's leases;
 - ``_forget``: dropping decisions by tag or scope (``cache.forget``);
 - ``_audit``: sampled audits of hits and shadow mode;
@@ -26,6 +27,7 @@ here, never from its underscore modules. Its modules:
 from ._audit import Auditor, Compare, MismatchHook
 from ._broadcast import MAX_PIECES, Broadcast, Framing, Reader
 from ._calls import Call, ItemsCall, snapshot
+from ._check import StoreCheck, check_store
 from ._engine import (
     MISS,
     AdmitHook,
@@ -78,6 +80,7 @@ __all__ = [
     "Reader",
     "Source",
     "StaleHit",
+    "StoreCheck",
     "StoreGuard",
     "Trust",
     "TrustReport",
@@ -87,6 +90,7 @@ __all__ = [
     "cached_stream",
     "cancel_and_wait",
     "cancelled",
+    "check_store",
     "error_for_caller",
     "failed_together",
     "forget",

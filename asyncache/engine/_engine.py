@@ -61,7 +61,7 @@ from ._freshness import (
     revive_error,
     same_error,
 )
-from ._guard import StoreGuard, new_request, timed_out_before
+from ._guard import BUGS, StoreGuard, new_request, timed_out_before
 from ._memo import RecentValues, same
 from ._runtime import cancelled, is_cancellation, spawn
 
@@ -1582,6 +1582,8 @@ class Engine:
             renewed = await self.guard.call("renew", lambda: self.store.renew(key, expires_at))
             if renewed:
                 self.stats.renewals += 1
+        except BUGS:
+            pass  # logged by the guard; no caller waits on a renewal to raise it to
         finally:
             self._renewing.discard(key)
 

@@ -7,6 +7,16 @@ engine makes goes through ``StoreGuard.call``: one that raises or outlasts
 counted in ``errors`` and logged at a bounded rate; after ``failure_threshold``
 failures in a row the store is left alone for ``failure_cooldown`` seconds.
 
+A bug is not a miss. A fault of the store's service (a timeout, a lost
+connection, a busy or locked database, a server's error reply, a memory limit)
+passes; a ``TypeError``, ``AttributeError``, ``NameError`` or ``ImportError``
+(``BUGS``), raised by the store or wrapped by it (``StoreError`` from one),
+does not: the same code with the same versions fails the same way on every
+call, so as a miss it would be a cache that never hits, silently (a store
+written for another driver or anyio release). Such a call is counted, logged
+with its traceback (once per interval) and raised to the caller as it is, its
+causes chained.
+
 Reads and writes keep their own health: a store that cannot write for a while
 (another process holds SQLite's write lock, a Redis replica is read-only) keeps
 answering hits, and a store that cannot read does not stop the writes that
@@ -61,7 +71,7 @@ from ..errors import ConfigurationError
 from ..stats import CacheStats, RateLimitedLog
 from ._runtime import timeout_after
 
-__all__ = ["READS", "Bucket", "Deadlines", "Health", "StoreGuard", "new_request"]
+__all__ = ["BUGS", "READS", "Bucket", "Deadlines", "Health", "StoreGuard", "bug_in", "new_request"]
 
 T = TypeVar("T")
 Bucket = set["asyncio.Task[object]"]
@@ -168,6 +178,29 @@ class Deadlines:
             ring.handle = None
             if loop.is_closed() or not ring.waiting:
                 self._rings.pop(loop, None)
+
+
+# What a store call raises only when code and versions disagree: a bug, never a miss.
+BUGS: tuple[type[Exception], ...] = (TypeError, AttributeError, NameError, ImportError)
+
+
+def bug_in(exc: BaseException) -> BaseException | None:
+    """The sign of a bug in ``exc`` or in what it wraps (its ``__cause__`` chain,
+    an exception group's members), or ``None`` for a fault of the store's service."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        error = pending.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, BUGS):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        if error.__cause__ is not None:
+            pending.append(error.__cause__)
+    return None
 
 
 # The calls that only read; every other call (add, renew, delete, leases...) writes.
@@ -312,6 +345,8 @@ class StoreGuard:
     async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T | None:
         """Run ``make()``'s store call; a failure or timeout is ``None``, counted and logged.
 
+        A bug (``BUGS``, raised or wrapped by the store) is raised, counted and logged.
+
         Args:
             what: the call's name, for the log (``"get"``, ``"add_many"``...).
             make: starts the call; not called at all while the store cools down.
@@ -380,9 +415,30 @@ class StoreGuard:
         health.skip_until = 0.0
 
     def failed(self, what: str, exc: Exception) -> None:
-        """Count and log a failed store call; start its kind's cool-down after too many in a row."""
+        """Count and log a failed store call; start its kind's cool-down after too many in a row.
+
+        Raises:
+            Exception: ``exc`` itself when it is (or wraps) a sign of a bug (``BUGS``).
+        """
         self._stats.errors += 1
         self.health(what).last_error = exc
+        bug = bug_in(exc)
+        if bug is not None:
+            self._log.error(
+                f"bug-{what}",
+                "asyncache: store %s raised %s, a bug or a version mismatch: "
+                "raised to the caller, not treated as a miss",
+                what,
+                type(bug).__name__,
+                exc_info=exc,
+            )
+            note = (
+                f"asyncache: raised by the store's {what}; a {type(bug).__name__} is a bug "
+                "or a version mismatch, never a miss"
+            )
+            if note not in getattr(exc, "__notes__", ()):
+                exc.add_note(note)  # once: a batch may hand one error to several calls
+            raise exc
         if isinstance(exc, TimeoutError):
             _TIMED_OUT.set(True)
         reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"

@@ -122,9 +122,20 @@ def current_loop() -> object:
     import anyio.lowlevel
 
     try:
-        return anyio.lowlevel.current_token().native_token
+        token = anyio.lowlevel.current_token()
     except Exception as exc:  # sniffio's or anyio's "no async library"
         raise RuntimeError("no event loop is running in this thread") from exc
+    return _native_token(token)
+
+
+def _native_token(token: object) -> object:
+    """The loop's own token inside what ``anyio.lowlevel.current_token`` returned.
+
+    The one place anyio's versions differ for us: from anyio 4.11 the token is an
+    ``EventLoopToken`` wrapping the loop's own (``native_token``); before, anyio
+    4.0 to 4.10 (the floor pyproject.toml declares is 4.0), it is the loop's own.
+    """
+    return getattr(token, "native_token", token)
 
 
 def _trio() -> Any:

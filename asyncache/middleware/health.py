@@ -39,11 +39,16 @@ class CacheStatsEndpoint:
     hit, missed): serve them to operators only, with ``allow`` or behind the
     app's own authentication.
 
+    With ``check=True`` it is a health check too: each request makes one round
+    trip to the store (``DecisionCache.check()``), its findings are under
+    ``"check"``, and a store that failed answers ``503`` naming the failed step.
+
     Args:
         cache: the cache whose counters are served.
         allow: ``allow(asgi_scope)`` (sync or async) says whether this request
             may see the counters; a refused one gets ``403``. ``None``: every
             request may, for a route the app already guards.
+        check: run ``cache.check()`` on each request and answer ``503`` when it fails.
     """
 
     def __init__(
@@ -51,9 +56,11 @@ class CacheStatsEndpoint:
         cache: DecisionCache,
         *,
         allow: Callable[[Scope], bool | Awaitable[bool]] | None = None,
+        check: bool = False,
     ) -> None:
         self.cache = cache
         self.allow = allow
+        self.check = check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -82,8 +89,14 @@ class CacheStatsEndpoint:
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, b'{"detail":"method not allowed"}', allow=True)
             return
-        body = orjson.dumps(cache_stats(self.cache), option=orjson.OPT_NON_STR_KEYS, default=str)
-        await _respond(send, 200, b"" if method == "HEAD" else body, length=len(body))
+        stats = cache_stats(self.cache)
+        status = 200
+        if self.check:
+            found = await self.cache.check()
+            stats["check"] = found.as_dict()
+            status = 200 if found.ok else 503
+        body = orjson.dumps(stats, option=orjson.OPT_NON_STR_KEYS, default=str)
+        await _respond(send, status, b"" if method == "HEAD" else body, length=len(body))
 
 
 async def _respond(

@@ -118,6 +118,27 @@ def test_threads_each_running_a_loop_share_one_cache(store: DecisionStore) -> No
     assert cache.stats()["errors"] == 0
 
 
+def test_a_trio_loop_is_told_apart_by_its_own_token() -> None:
+    """``current_loop`` under trio is trio's token, on every anyio from the floor (4.0,
+    where ``current_token()`` is the token itself) to the newest (an ``EventLoopToken``
+    wrapping it): a flight belongs to one loop, and two trio runs are two loops."""
+    import trio
+
+    from asyncache.engine._runtime import current_loop
+
+    seen: list[object] = []
+
+    async def main() -> None:
+        seen.append(current_loop())
+        assert seen[-1] is trio.lowlevel.current_trio_token()
+
+    trio.run(main)
+    trio.run(main)
+    assert seen[0] is not seen[1]
+    with pytest.raises(RuntimeError, match="no event loop"):
+        current_loop()
+
+
 @pytest.mark.timeout(150)
 def test_loops_that_evict_while_others_read_raise_nothing() -> None:
     """More keys than the store and the hit memories hold, read in shuffled orders by

@@ -13,13 +13,12 @@ import gc
 import time
 import tracemalloc
 from email.utils import formatdate
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
 import pytest
 from asgiref.wsgi import WsgiToAsgi
-from fastapi import FastAPI
 from pydantic import BaseModel, StrictInt
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,6 +32,9 @@ from asyncache.stores import MemoryStore
 from tests.support import until
 
 from . import raw_exchange, serving
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 SERVERS = ["httptools", "h11", "hypercorn"]
 UVICORN = ["httptools", "h11"]
@@ -51,6 +53,9 @@ class Strict(BaseModel):
 
 
 def strict_app() -> FastAPI:
+    # Imported here: the floors job (scripts/test-floors) has no FastAPI to import.
+    from fastapi import FastAPI
+
     app = FastAPI()
 
     @app.post("/predict")

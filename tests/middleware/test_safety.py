@@ -9,7 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -384,6 +383,9 @@ class Query(BaseModel):
 
 
 async def test_fastapi_add_middleware_and_pydantic_bodies() -> None:
+    # Imported here: the floors job (scripts/test-floors) has no FastAPI to import.
+    from fastapi import FastAPI
+
     calls = Counter[str]()
     app = FastAPI()
     cache = DecisionCache()

@@ -125,7 +125,9 @@ class Batcher(Generic[A, R]):
 def _error_for(exc: BaseException) -> Exception:
     """A caller's own error for a batch that failed with ``exc``."""
     if isinstance(exc, StoreError):
-        return StoreError(str(exc), shard=exc.shard)
+        error = StoreError(str(exc), shard=exc.shard)
+        error.__cause__ = exc.__cause__  # a bug in the driver stays one (store_error)
+        return error
     if isinstance(exc, RedisError | OSError):
         return store_error(exc)
     if isinstance(exc, asyncio.CancelledError):

@@ -11,7 +11,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import ConfigurationError, StoreError
 
-__all__ = ["DRIVER_ERRORS", "Gate", "check_limit", "store_error"]
+__all__ = ["DRIVER_ERRORS", "Gate", "cause_of", "check_limit", "store_error"]
 
 
 class Gate:
@@ -86,7 +86,7 @@ class Gate:
             try:
                 await self._prepare()
             except DRIVER_ERRORS as exc:
-                raise store_error(exc) from exc
+                raise store_error(exc) from cause_of(exc)
             self.ready = True
 
     def leave(self) -> None:
@@ -110,7 +110,7 @@ class Gate:
     ) -> None:
         self.leave()
         if isinstance(exc, DRIVER_ERRORS):
-            raise store_error(exc) from exc
+            raise store_error(exc) from cause_of(exc)
 
 
 # What a driver call can raise when Redis fails. redis-py's own errors and socket
@@ -130,8 +130,27 @@ def check_limit(limit: int | None) -> None:
 
 
 def store_error(exc: BaseException, *, shard: str | None = None) -> StoreError:
-    """The ``StoreError`` a Redis (or socket) error is raised as.
+    """The ``StoreError`` a Redis (or socket) error is raised as, from ``cause_of(exc)``.
 
     ``shard`` names the cluster node that failed, when only that one did.
     """
-    return StoreError(f"redis: {type(exc).__name__}: {exc}", shard=shard)
+    error = StoreError(f"redis: {type(exc).__name__}: {exc}", shard=shard)
+    error.__cause__ = cause_of(exc)
+    return error
+
+
+def cause_of(exc: BaseException) -> BaseException:
+    """What a driver error's ``StoreError`` is raised from: the error itself, but for
+    a connection torn down under the command a ``ConnectionError``.
+
+    A ``TypeError`` or ``AttributeError`` on a connection torn down mid-command
+    (``'NoneType' object has no attribute 'writelines'``) is a lost connection, a
+    fault the engine treats as a miss. Any other is a bug or a version mismatch (a
+    redis-py whose signatures differ from what the store was written for), and
+    the engine raises it to the caller (``asyncache.engine._guard.BUGS``).
+    """
+    if isinstance(exc, AttributeError | TypeError) and "'NoneType' object" in str(exc):
+        lost = ConnectionError(f"the connection was torn down under the command ({exc})")
+        lost.__context__ = exc
+        return lost
+    return exc

@@ -28,7 +28,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from ...errors import StoreError
 from .driver import ask_for_refresh, refresh_if_due
-from .gate import DRIVER_ERRORS, Gate, store_error
+from .gate import DRIVER_ERRORS, Gate, cause_of, store_error
 
 T = TypeVar("T")
 Item = TypeVar("Item")
@@ -301,7 +301,7 @@ async def on_node(
     except DRIVER_ERRORS as exc:
         health.failed(node)
         ask_for_refresh(client, node)
-        raise store_error(exc, shard=node) from exc
+        raise store_error(exc, shard=node) from cause_of(exc)
     health.succeeded(node)
     return result
 

@@ -14,7 +14,7 @@ from ...errors import ConfigurationError, StoreError
 from ...tags import DECISION_TAGS, Tagging, labels_of
 from ..protocol import Entry
 from .channels import Invalidated, Invalidations
-from .gate import DRIVER_ERRORS, store_error
+from .gate import DRIVER_ERRORS, cause_of, store_error
 from .layout import EXPIRES, HEADER, NO_EXPIRY_HEADER, expiry, pack, pxat, unpack
 from .loops import Bound, Command, Loops, Settings, refuse_other_loops, running_loop
 from .nodes import NodeHealth
@@ -244,7 +244,7 @@ class RedisStore:
                 finally:
                     gate.leave()
             except DRIVER_ERRORS as exc:
-                raise store_error(exc) from exc
+                raise store_error(exc) from cause_of(exc)
             finally:
                 reads.busy -= 1
         else:
@@ -565,7 +565,7 @@ class RedisStore:
             async for batch in walk_entries(bound.client, self.prefix, batch_size):
                 yield batch
         except DRIVER_ERRORS as exc:
-            raise store_error(exc) from exc
+            raise store_error(exc) from cause_of(exc)
 
     def subscribe_invalidations(self, callback: Invalidated) -> Callable[[], None]:
         """Have ``callback(key)`` awaited when entries here are dropped, by any process.
