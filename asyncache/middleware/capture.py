@@ -97,7 +97,10 @@ class ResponseFraming:
         return False
 
 
-LAG_LIMIT = 1024 * 1024
+# More than a loopback socket's send buffer takes (Linux's tcp_wmem grows to 4 MiB):
+# a client that never reads still "takes" that much, which once made a client that
+# reads at its own pace look 1 MiB behind and cut it off.
+LAG_LIMIT = 8 * 1024 * 1024
 """How many bytes a client may fall behind the fastest client sharing a run (past the
 cache's ``max_entry_bytes``, when that is larger) before it is detached: its response
 ends there, incomplete, and the app goes on for the others at their pace."""
