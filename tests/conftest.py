@@ -14,7 +14,9 @@ time. A marked test's runs with a SQLite or memory store stay single.
 
 from __future__ import annotations
 
+import gc
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,6 +120,33 @@ def redis_cluster_url(redis_engine: str, tmp_path_factory: pytest.TempPathFactor
         yield cluster.url
     finally:
         cluster.stop()
+
+
+def _old_cluster_client() -> bool:
+    """redis-py before 8.2, whose cluster client leaves connections to the collector."""
+    try:
+        from asyncache.stores.redis.driver import BACKGROUND_REFRESH
+    except ImportError:
+        return False
+    return not BACKGROUND_REFRESH
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_old_cluster_clients_leak(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on the shared cluster, collect what an older client leaked, unwarned.
+
+    redis-py before 8.2 (the floors job's 5.0.1) drops cluster connections without
+    closing them; the collector's ResourceWarning would fail whichever later test it
+    happens to run in (this suite's ``filterwarnings = error``).
+    """
+    yield
+    on_cluster = (
+        "redis_cluster_url" in request.fixturenames or "cluster" in request.node.nodeid.lower()
+    )
+    if on_cluster and _old_cluster_client():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
 
 
 @pytest.fixture
