@@ -315,9 +315,23 @@ async def test_a_driver_mismatch_in_a_redis_store_raises(
         await cache.aclose()
 
 
+class BrokenLeaseStore(BrokenStore):
+    """A BrokenStore with the lease methods spelled out: from Python 3.12 a runtime
+    protocol check looks methods up statically, never through ``__getattr__``."""
+
+    async def acquire_lease(self, key: bytes, token: bytes, ttl: float) -> bool:
+        return bool(await self.__getattr__("acquire_lease")(key, token, ttl))
+
+    async def release_lease(self, key: bytes, token: bytes) -> None:
+        await self.__getattr__("release_lease")(key, token)
+
+    async def wait_for_entry(self, key: bytes, timeout: float) -> Any:  # noqa: ASYNC109
+        return await self.__getattr__("wait_for_entry")(key, timeout)
+
+
 async def test_a_bug_raises_from_a_lease_step() -> None:
     # A lease store (the fleet's one computation per key) whose lease calls are broken.
-    store = BrokenStore({"acquire_lease", "release_lease", "wait_for_entry"}, type_error)
+    store = BrokenLeaseStore({"acquire_lease", "release_lease", "wait_for_entry"}, type_error)
     cache = DecisionCache(store, leases=True)  # type: ignore[arg-type]
     runs = 0
 
