@@ -72,7 +72,7 @@ _INFLATE_STEP = 16 * 1024
 
 
 class ErrorRecord(NamedTuple):
-    """What a cached error is stored as: what ``pickle`` would keep of it, as JSON."""
+    """What a cached error is stored as: its type name, args and attributes, as JSON."""
 
     name: str
     """Its type's ``module.qualname``."""

@@ -24,9 +24,9 @@ moves ``expires_at`` and so fresh-until with it; it only happens on fresh hits.
 A computation that raises one of ``cache_errors`` (or a subclass of one) is
 stored as an error entry (``"x"``) for ``error_ttl`` seconds: within it,
 callers get the exception that was raised, of its own type, with its ``args``
-and attributes, without running the model. What is kept is what ``pickle``
-would keep (``__reduce__``: the type, its args, its ``__dict__``), written as
-JSON; an error that does not come back equal through that round trip (an arg
+and attributes, without running the model. What is kept is what
+``__reduce__`` names (the type, its args, its ``__dict__``), written as
+JSON, never as code; an error that does not come back equal through that round trip (an arg
 the codec cannot keep exactly, a constructor that will not take its args
 back) is not cached, so that it is never stored only to be refused on every
 read.
@@ -249,8 +249,8 @@ def _listed_type(name: str, listed: tuple[type[BaseException], ...]) -> type[Bas
 
 def _rebuilt(kind: type[BaseException], stored: ErrorRecord) -> BaseException:
     """An exception of ``kind`` made again from its args and attributes: the type called
-    with its args, as ``pickle`` does, or, where the constructor will not take them back
-    (one of two arguments that passes one message on, which ``pickle`` cannot remake),
+    with its args, as ``__reduce__`` says, or, where the constructor will not take them back
+    (one of two arguments that passes one message on, which ``__reduce__`` cannot remake),
     made without calling it; then its attributes set (``__setstate__``)."""
     try:
         error = kind(*stored.args)
@@ -264,7 +264,7 @@ def _rebuilt(kind: type[BaseException], stored: ErrorRecord) -> BaseException:
 
 
 def _reduced(error: BaseException) -> tuple[Any, ...]:
-    """What ``pickle`` would keep of ``error``: its type, its args and its ``__dict__``."""
+    """What ``__reduce__`` names of ``error``: its type, its args and its ``__dict__``."""
     reduced = error.__reduce__()
     if not isinstance(reduced, tuple) or reduced[0] is not type(error):
         raise TypeError(f"{type(error).__qualname__} does not reduce to its own type")
