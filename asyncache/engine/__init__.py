@@ -20,20 +20,34 @@ here, never from its underscore modules. Its modules:
 - ``_trust``: audit windows, the wrong-rate bound, and doubting hits past it;
 - ``_warm``: pre-warming from a list of inputs;
 - ``_broadcast``: a computation's pieces shared live by its flight's callers;
-- ``_memo``: decoded results of recent hits, by key;
-- ``_runtime``: what the path needs of the event loop, under asyncio and trio.
+- ``_memo``: decoded results of recent hits, by key.
+
+What the path needs of the event loop, under asyncio and trio, is the package's
+``asyncache._runtime`` (the one module that imports trio), re-exported here.
 """
 
+from .._runtime import (
+    Event,
+    cancel_and_wait,
+    cancelled,
+    is_cancellation,
+    new_event,
+    spawn,
+    wait_for,
+)
 from ._audit import Auditor, Compare, MismatchHook
 from ._broadcast import MAX_PIECES, Broadcast, Framing, Reader
 from ._calls import Call, ItemsCall, snapshot
 from ._check import StoreCheck, check_store
 from ._engine import (
+    AGAIN,
+    ALONE,
     MISS,
     AdmitHook,
     Engine,
     Fingerprint,
     Fresh,
+    Live,
     Source,
     TtlHook,
     Unshared,
@@ -45,20 +59,13 @@ from ._forget import forget
 from ._freshness import Freshness, StaleHit, failed_together, overridden
 from ._guard import StoreGuard
 from ._leases import Leases, lease_store
-from ._runtime import (
-    Event,
-    cancel_and_wait,
-    cancelled,
-    is_cancellation,
-    new_event,
-    spawn,
-    wait_for,
-)
 from ._streams import cached_stream
 from ._trust import BreachHook, Trust, TrustReport, judged_as
 from ._warm import WarmSummary, warm
 
 __all__ = [
+    "AGAIN",
+    "ALONE",
     "MAX_PIECES",
     "MISS",
     "AdmitHook",
@@ -76,6 +83,7 @@ __all__ = [
     "Freshness",
     "ItemsCall",
     "Leases",
+    "Live",
     "MismatchHook",
     "Reader",
     "Source",

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ._runtime import Event, new_event
+from .._runtime import Event, new_event
 
 __all__ = ["MAX_PIECES", "Broadcast", "Framing", "Reader"]
 

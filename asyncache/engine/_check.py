@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._runtime import timeout_after
+from .._runtime import timeout_after
 
 if TYPE_CHECKING:
     from ._engine import Engine

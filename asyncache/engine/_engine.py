@@ -1,11 +1,16 @@
 """The engine: the one path a lookup takes, whatever door it came through.
 
 ``Engine.get_or_compute`` (one key) and ``Engine.get_or_compute_many``
-(many keys) are the only ways into the store. The decorator (single calls,
-``.many()``, micro-batching) and the middleware call them with a ``compute``
-that runs the model or the app, so coalescing, leases, audits, the modes,
-``admit``, the ttl hook, renewals, the store guard and the counters behave the
-same through every door.
+(many keys) are the only ways into the store, and each takes the steps of a
+lookup in one order: read, decide (fresh, stale, stale-if-error, cached
+error, replay, record, shadow, audit), coalesce (flight, lease), compute,
+store, answer. The doors (single calls, ``.many()``, micro-batching, streams,
+the middleware) supply a ``compute`` that runs the model or the app and, for a
+door that answers by reading a run as it goes (a stream's chunks, an HTTP
+response), a ``Live`` door that says how each outcome is answered; none of
+them orders the steps. So coalescing, leases, audits, the modes, ``admit``,
+the ttl hook, renewals, the store guard and the counters behave the same
+through every door.
 
 The path of one key:
 
@@ -15,7 +20,9 @@ The path of one key:
    can answer from memory, beside it here.
 2. A miss joins the flight for its key if one is running in this event loop,
    or starts one. A flight runs as a task of its own, so a caller that is
-   cancelled neither cancels the work nor the other callers.
+   cancelled neither cancels the work nor the other callers. A live door's
+   flight carries its ``Broadcast`` (``Flight.stream``): identical callers
+   read its pieces as they come.
 3. The flight computes, under a lease when leases are on, decides whether to
    keep the result (``prepare``: ttl, ``admit``, size), ``add``s it, and hands
    every caller the decision that won the ``add`` (``winner``).
@@ -43,6 +50,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from .._runtime import cancelled, is_cancellation, spawn
 from ..codec import Decoded, InflatesPastCap, decode, encode
 from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
 from ..keys import canonical
@@ -63,9 +71,10 @@ from ._freshness import (
 )
 from ._guard import BUGS, StoreGuard, new_request, timed_out_before
 from ._memo import RecentValues, same
-from ._runtime import cancelled, is_cancellation, spawn
 
 __all__ = [
+    "AGAIN",
+    "ALONE",
     "MISS",
     "AdmitHook",
     "Engine",
@@ -74,6 +83,7 @@ __all__ = [
     "Fresh",
     "LeaseAttempt",
     "Leasing",
+    "Live",
     "Mode",
     "Sampler",
     "Source",
@@ -401,8 +411,10 @@ class Engine:
         recompute: Callable[[], Awaitable[Any]] | None = None,
         audit: bool = True,
         source: Source | None = None,
+        stream: Live | None = None,
     ) -> T:
-        """Return the stored decision for ``key``, or compute, store and return it.
+        """Return the stored decision for ``key``, or compute, store and return it: the
+        one pipeline of a lookup (read, decide, coalesce, compute, store, answer).
 
         Args:
             key: from a ``KeyBuilder``.
@@ -414,58 +426,68 @@ class Engine:
             audit: ``False`` keeps this call's hits out of audit sampling (the
                 middleware audits only routes that say they may be re-run).
             source: told where the answer came from when ``compute`` did not run.
+            stream: a door that answers by reading a run as it goes (a stream of
+                chunks, the middleware's response): it says how to answer each
+                outcome (``Live``); what is returned is its answer. The steps, and
+                the order they are taken in, are this method's whatever the door.
         """
         new_request()
         mode = self.mode
         if mode != "live" and mode != "replay":
+            if stream is not None:
+                return await stream.lead(  # type: ignore[no-any-return]
+                    lambda: self._unserved(mode, key, compute, inputs), listed=False
+                )
             return await self._unserved(mode, key, compute, inputs)  # type: ignore[no-any-return]
-        entry = self._peek(key) if self._peek is not None else None
-        if entry is None and not self._peek_final:
-            # A computation of this key already running here answers sooner than a store
-            # round trip would, and a stampede then costs the store one lookup, not one each.
-            flight = self.flights.get(key) if self.coalesce else None
-            # A refresh runs while its stale entry is served: read that rather than wait.
-            if flight is not None and not flight.refresh:
-                self.stats.misses += 1
-                self.stats.coalesced += 1
-                return await self._follow(key, flight, compute, inputs, source)
-            store = self.store  # store_get, inlined: one coroutine fewer on every remote hit
-            entry = await self.guard.call("get", lambda: store.get(key))
+        if stream is not None:
+            # A run of this key whose pieces can still be read live answers soonest.
+            answer = await self._follow_live(key, compute, inputs, source, stream)
+            if answer is not AGAIN:
+                return answer  # type: ignore[no-any-return]
+            entry = await self.read(key)
+        else:
+            entry = self._peek(key) if self._peek is not None else None
+            if entry is None and not self._peek_final:
+                # A computation of this key already running here answers sooner than a
+                # store round trip would, and a stampede then costs the store one lookup.
+                flight = self.flights.get(key) if self.coalesce else None
+                # A refresh runs while its stale entry is served: read that rather than wait.
+                if flight is not None and not flight.refresh:
+                    self.stats.misses += 1
+                    self.stats.coalesced += 1
+                    return await self._follow(key, flight, compute, inputs, source)
+                store = self.store  # store_get, inlined: one coroutine fewer on every remote hit
+                entry = await self.guard.call("get", lambda: store.get(key))
         stale: StaleHit | None = None
         if entry is not None:
-            value = await self.decide(
-                key, entry, inputs, (recompute or compute) if audit else None, source
-            )
+            told = source if stream is None else None  # a live door is told by its answer
+            try:
+                value = await self.decide(
+                    key, entry, inputs, (recompute or compute) if audit else None, told
+                )
+            except ReplayMiss as refused:
+                if stream is None:
+                    raise
+                return await stream.refuse(refused)  # type: ignore[no-any-return]
             if type(value) is StaleHit:
                 if value.revalidate:
-                    return self.serve_stale(key, value, compute, inputs, source)  # type: ignore[no-any-return]
-                stale = value  # within stale-if-error: compute, and fall back on it
+                    served = self.serve_stale(
+                        key, value, compute if stream is None else stream.refresh(), inputs, told
+                    )
+                    if stream is None:
+                        return served  # type: ignore[no-any-return]
+                    answer = await stream.answer(served, "stale", value.entry)
+                    if answer is not MISS:
+                        return answer  # type: ignore[no-any-return]
+                else:
+                    stale = value  # within stale-if-error: compute, and fall back on it
             elif value is not MISS:
-                return value  # type: ignore[no-any-return]
-        return await self.miss(key, compute, inputs, source=source, stale=stale)
-
-    async def fetch(
-        self,
-        key: bytes,
-        *,
-        recompute: Callable[[], Awaitable[Any]] | None = None,
-        inputs: Any = None,
-    ) -> Any:
-        """The stored decision under ``key`` (a hit, counted), ``MISS``, or a ``StaleHit``:
-        the read step then the decide step (``read``, ``decide``).
-
-        The lookup half of ``get_or_compute``, for a door that decides for
-        itself what a miss does (the middleware: follow a run, or start one
-        with ``miss``; the stream door).
-
-        Raises:
-            ReplayMiss: in replay, an entry that cannot be used, saying why (it stays).
-            Exception: a cached error (``cache_errors``), raised again.
-        """
-        entry = await self.read(key)
-        if entry is None:
-            return MISS
-        return await self.decide(key, entry, inputs, recompute)
+                if stream is None:
+                    return value  # type: ignore[no-any-return]
+                answer = await stream.answer(value, "hit", entry)
+                if answer is not MISS:
+                    return answer  # type: ignore[no-any-return]
+        return await self.miss(key, compute, inputs, source=source, stale=stale, stream=stream)
 
     async def read(self, key: bytes) -> Entry | None:
         """The read step for one key: the store's memory when it has one, else the store."""
@@ -531,23 +553,42 @@ class Engine:
         inputs: Any = None,
         *,
         source: Source | None = None,
-        stream: Any = None,
         stale: StaleHit | None = None,
+        stream: Live | None = None,
     ) -> T:
-        """The miss half of ``get_or_compute``: join the key's flight, or start it.
+        """The miss step of ``get_or_compute``: join the key's flight, or start it.
 
-        ``stream``: the ``Broadcast`` this caller's computation writes its pieces
-        to; it hangs on the flight this caller starts (``Flight.stream``), where
-        identical callers find it and read the pieces live.
         ``stale``: the entry found within its stale-if-error window, still in the
         store: what is computed replaces it (never ``add``, which would keep it),
         and if computing fails (raises, or times out) it is the answer.
+        ``stream``: the live door (see ``get_or_compute``), which leads the run.
         """
-        self.stats.misses += 1
         if self.mode == "replay":
+            self.stats.misses += 1
             if stale is not None and stale.usable():
-                return self.replayed(stale)  # type: ignore[no-any-return]
-            raise await self.refusal(key, inputs)
+                value = self.replayed(stale)
+                if stream is None:
+                    return value  # type: ignore[no-any-return]
+                answer = await stream.answer(value, "stale", stale.entry)
+                if answer is not MISS:
+                    return answer  # type: ignore[no-any-return]
+            refusal = await self.refusal(key, inputs)
+            if stream is None:
+                raise refusal
+            return await stream.refuse(refusal)  # type: ignore[no-any-return]
+        if stream is not None:
+            # An identical run may have taken off, live, while the store answered.
+            answer = await self._follow_live(key, compute, inputs, source, stream)
+            if answer is not AGAIN:
+                return answer  # type: ignore[no-any-return]
+            self.stats.misses += 1
+            alone = stream.passing or not self.coalesce
+            return await stream.lead(  # type: ignore[no-any-return]
+                lambda: self._launch(key, compute, inputs, source, stream, stale, alone),
+                listed=not alone,
+                stale=stale,
+            )
+        self.stats.misses += 1
         replacing = None if stale is None else stale.entry.value
         try:
             if not self.coalesce:
@@ -555,9 +596,7 @@ class Engine:
                 return value  # type: ignore[no-any-return]
             flight = self.flights.get(key)
             if flight is None:
-                flight = self.take_off(
-                    key, compute, inputs, source=source, stream=stream, replacing=replacing
-                )
+                flight = self._take_off(key, compute, inputs, source=source, replacing=replacing)
                 if flight.task is not None:  # asyncio (a trio flight has no task)
                     # The flight's first step runs just before this caller's next: a model
                     # that answers without suspending has landed by then, a loop turn sooner
@@ -567,9 +606,117 @@ class Engine:
                     await flight.done.wait()
                 return flight.outcome()  # type: ignore[no-any-return]
             self.stats.coalesced += 1
-            return await self._follow(key, flight, compute, inputs, source, stream, replacing)
+            return await self._follow(key, flight, compute, inputs, source, None, replacing)
         except Exception:
             return self.fall_back(stale)  # type: ignore[no-any-return]
+
+    def _launch(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+        source: Source | None,
+        stream: Live,
+        stale: StaleHit | None,
+        alone: bool,
+    ) -> Awaitable[Any]:
+        """The computation a live door leads (``Live.lead``), as its outcome.
+
+        Synchronous: the flight takes off (with the door's ``broadcast``) before the
+        door first awaits, so an identical caller that runs next reads it live.
+        """
+        replacing = None if stale is None else stale.entry.value
+        broadcast = stream.broadcast
+        if alone:
+            # A pass, a caller released from another run, or a cache that does not
+            # coalesce: this caller's own run, in no flight.
+            return self._alone(key, compute, inputs, source, stale)
+        flight = self.flights.get(key)
+        if flight is None:
+            flight = self._take_off(
+                key, compute, inputs, source=source, stream=broadcast, replacing=replacing
+            )
+            return self._landed(flight, stale, broadcast)
+        # A run that cannot be read live (a refresh, one past its live part): its outcome.
+        self.stats.coalesced += 1
+        return self._follow_then_fall_back(
+            key, flight, compute, inputs, source, broadcast, replacing, stale
+        )
+
+    async def _alone(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+        source: Source | None,
+        stale: StaleHit | None,
+    ) -> Any:
+        replacing = None if stale is None else stale.entry.value
+        try:
+            value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
+        except Exception:
+            return self.fall_back(stale)
+        return value
+
+    async def _follow_then_fall_back(
+        self,
+        key: bytes,
+        flight: Flight[Any],
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+        source: Source | None,
+        broadcast: Any,
+        replacing: bytes | None,
+        stale: StaleHit | None,
+    ) -> Any:
+        try:
+            return await self._follow(key, flight, compute, inputs, source, broadcast, replacing)
+        except Exception:
+            return self.fall_back(stale)
+
+    async def _landed(self, flight: Flight[Any], stale: StaleHit | None, broadcast: Any) -> Any:
+        """A live flight's decision; a failure before its first piece within
+        stale-if-error is answered with the stale decision (as ``miss`` answers)."""
+        await flight.done.wait()
+        try:
+            return flight.outcome()
+        except Exception:
+            if broadcast.base or broadcast.messages:
+                raise  # its readers had pieces of this run already
+            return self.fall_back(stale)
+
+    async def _follow_live(
+        self,
+        key: bytes,
+        compute: Callable[[], Awaitable[Any]],
+        inputs: Any,
+        source: Source | None,
+        stream: Live,
+    ) -> Any:
+        """The live door's answer from a run of ``key`` it can read live; ``AGAIN``
+        when there is none (or each one ended before its first piece)."""
+        if stream.passing or not self.coalesce:
+            return AGAIN  # a pass queues behind no run
+        joined = False
+        while True:
+            flight = self.flights.get(key)
+            if flight is None or flight.stream is None or not flight.stream.joinable:
+                return AGAIN
+            if not joined:  # a caller that reads it is a miss that coalesced
+                joined = True
+                self.stats.misses += 1
+                self.stats.coalesced += 1
+                flight.followers += 1
+            answer = await stream.follow(flight)
+            if answer is ALONE:
+                # Released (the run's answer is its leader's alone) or it waited too long.
+                if self.mode == "replay":
+                    return await stream.refuse(await self.refusal(key, inputs))
+                return await stream.lead(
+                    lambda: self._alone(key, compute, inputs, source, None), listed=False
+                )
+            if answer is not AGAIN:
+                return answer
 
     def serve_stale(
         self,
@@ -598,7 +745,7 @@ class Engine:
             source("stale")
         return stale.value
 
-    def take_off(
+    def _take_off(
         self,
         key: bytes,
         compute: Callable[[], Awaitable[Any]],
@@ -610,32 +757,14 @@ class Engine:
     ) -> Flight[Any]:
         """Claim ``key``'s flight (no flight may be running for it) and launch its computation.
 
-        Synchronous: a caller that runs next finds the flight (and its ``stream``),
-        though the computation has not started yet. ``miss`` takes off this way; a
-        door that must be found before it first awaits (the stream door) calls it
-        itself, counts its miss, and waits for ``flight.done``. ``replacing``: the
-        stale entry the store still holds under ``key`` (see ``miss``).
+        Synchronous: a caller that runs next finds the flight (and its ``stream``, the
+        ``Broadcast`` a live door reads), though the computation has not started yet.
+        ``replacing``: the stale entry the store still holds under ``key`` (see ``miss``).
         """
         flight = self.flights.claim(key)
         flight.stream = stream
         self.flights.launch(flight, self._fly(key, flight, compute, inputs, source, replacing))
         return flight
-
-    def streaming(self, key: bytes) -> Flight[Any] | None:
-        """The flight of ``key`` if its pieces can still be read live by one more caller.
-
-        A caller that goes on to read them is a miss that coalesced: ``joined``.
-        """
-        flight = self.flights.get(key) if self.coalesce else None
-        if flight is None or flight.stream is None or not flight.stream.joinable:
-            return None
-        return flight
-
-    def joined(self, flight: Flight[Any]) -> None:
-        """Count a caller that reads ``flight``'s stream (as ``_follow`` counts its followers)."""
-        self.stats.misses += 1
-        self.stats.coalesced += 1
-        flight.followers += 1
 
     async def _unserved(
         self, mode: Mode, key: bytes, compute: Callable[[], Awaitable[Any]], inputs: Any
@@ -726,26 +855,6 @@ class Engine:
         else:
             self.stats.coalesce_timeouts += 1
         value, _ = await self._compute_alone(key, compute, inputs, replacing)
-        return value  # type: ignore[no-any-return]
-
-    async def compute(
-        self,
-        key: bytes,
-        compute: Callable[[], Awaitable[T]],
-        inputs: Any = None,
-        source: Source | None = None,
-        stale: StaleHit | None = None,
-    ) -> T:
-        """Compute and store a miss without a flight: under a lease when leases are on.
-
-        ``stale``: as for ``miss``, the entry within its stale-if-error window that
-        the decision replaces, and the answer if computing fails.
-        """
-        replacing = None if stale is None else stale.entry.value
-        try:
-            value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
-        except Exception:
-            return self.fall_back(stale)  # type: ignore[no-any-return]
         return value  # type: ignore[no-any-return]
 
     def fall_back(self, stale: StaleHit | None) -> Any:
@@ -1658,6 +1767,10 @@ class Engine:
 
 # The inputs of a call the caller cannot name (a corrupt entry found by key alone).
 _UNKNOWN: Any = object()
+AGAIN: Any = object()
+"""``Live.follow``: the run ended before its first piece; look for another."""
+ALONE: Any = object()
+"""``Live.follow``: this caller may not share that run's answer; it runs on its own."""
 
 
 def replay_miss(
@@ -1741,6 +1854,57 @@ class LeaseAttempt(Protocol):
     @property
     def held(self) -> bool:
         """Whether another process holds the lease."""
+        ...
+
+
+class Live(Protocol):
+    """A door that answers by reading a run as it goes: a stream of chunks (the
+    decorator's async generators), an HTTP response (the middleware's exchange).
+
+    ``Engine.get_or_compute(..., stream=door)`` takes the steps; the door says
+    how each outcome is answered. Its ``compute`` (the model's run) writes the
+    pieces to ``broadcast``, which the door makes in ``lead``.
+    """
+
+    @property
+    def passing(self) -> bool:
+        """A pass: this caller reads no other run live, and its own run is not listed."""
+        ...
+
+    @property
+    def broadcast(self) -> Any:
+        """The ``Broadcast`` this caller's run writes to (set by ``lead`` before it starts it)."""
+        ...
+
+    def refresh(self) -> Callable[[], Awaitable[Any]]:
+        """What a refresh of a stale decision computes (after this call returned)."""
+        ...
+
+    async def answer(self, value: Any, how: str, entry: Entry) -> Any:
+        """Answer with a decision the store held (``how``: ``"hit"``, ``"stale"``); ``MISS``
+        when it cannot be (dropped as corrupt): the lookup goes on as a miss."""
+        ...
+
+    async def follow(self, flight: Flight[Any]) -> Any:
+        """Answer by reading ``flight.stream`` live; ``AGAIN`` when that run ended before
+        its first piece (look again), ``ALONE`` when this caller must run on its own."""
+        ...
+
+    async def lead(
+        self,
+        start: Callable[[], Awaitable[Any]],
+        *,
+        listed: bool,
+        stale: StaleHit | None = None,
+    ) -> Any:
+        """Make ``broadcast`` (found by identical callers when ``listed``), call ``start``
+        before first awaiting (it takes off), and answer from the run: its pieces, and
+        the decision ``start``'s outcome gives (``stale``'s value when the run failed
+        within stale-if-error)."""
+        ...
+
+    async def refuse(self, error: ReplayMiss) -> Any:
+        """Answer a lookup replay cannot serve."""
         ...
 
 

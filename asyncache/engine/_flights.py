@@ -1,7 +1,7 @@
 """In-process coalescing of identical misses.
 
 A flight is one computation of one key. Its outcome sits beside an event of
-the running loop's kind (asyncio's, or trio's: ``asyncache.engine._runtime``); the
+the running loop's kind (asyncio's, or trio's: ``asyncache._runtime``); the
 computation runs as a task of its own, so a caller that is cancelled (a client
 that disconnected) stops waiting without cancelling the work or the other
 callers.
@@ -21,7 +21,7 @@ import copy
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
-from ._runtime import (
+from .._runtime import (
     cancel_and_wait,
     cancelled,
     current_loop,

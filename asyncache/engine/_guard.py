@@ -67,9 +67,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from .._runtime import timeout_after
 from ..errors import ConfigurationError
 from ..stats import CacheStats, RateLimitedLog
-from ._runtime import timeout_after
 
 __all__ = ["BUGS", "READS", "Bucket", "Deadlines", "Health", "StoreGuard", "bug_in", "new_request"]
 

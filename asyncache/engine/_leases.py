@@ -43,10 +43,10 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from .._runtime import cancel_and_wait, spawn, timeout_after
 from ..errors import DecodeError
 from ..stores.protocol import Entry, LeaseStore
 from ._guard import new_request, timed_out_before
-from ._runtime import cancel_and_wait, spawn, timeout_after
 
 if TYPE_CHECKING:
     from ._engine import Engine

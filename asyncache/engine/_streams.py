@@ -1,23 +1,24 @@
 """Streamed decisions: one decision made of chunks, shared live while it is produced.
 
 An async generator under ``@cached_prediction`` is one decision whose value
-is the list of its chunks. ``cached_stream`` is the stream door onto the
-engine's one path, an async generator itself:
+is the list of its chunks. ``cached_stream`` is the stream door: it hands the
+engine's one pipeline (``Engine.get_or_compute`` with ``stream=``) a
+``_StreamDoor``, which answers each outcome with a flow of chunks:
 
-- a caller that finds the key's flight streaming (``Engine.streaming``) reads
-  its ``Broadcast`` (``_stream``) from the first chunk: the chunks so far at
-  once, then each new one as it is produced;
-- otherwise ``Engine.fetch`` looks the key up: a hit replays the stored
-  chunks with their boundaries (at the recorded pace, when asked);
-- a miss hangs a ``Broadcast`` on the key's flight (``Engine.miss``) and runs
-  the generator as the flight's computation: each chunk goes to the
-  broadcast, every caller sharing the flight (the one that started it
-  included) reads it at its own pace, and no caller that stops reading stops
-  the others. When the generator ends normally its chunks are the result the
-  engine stores, as any decision (ttl and ``admit`` judge the list of chunks,
-  ``max_entry_bytes``, first decision wins, leases, audits);
-- the other modes run the same computation through ``Engine.get_or_compute``
-  (shadow compares the whole stream, record replaces it, off stores nothing).
+- a caller that finds the key's run live reads its ``Broadcast`` from the
+  first chunk: the chunks so far at once, then each new one as it is produced;
+- a hit replays the stored chunks with their boundaries (at the recorded pace,
+  when asked); a stale one is replayed while one refresh collects the whole
+  stream again;
+- a miss hangs a ``Broadcast`` on the key's flight and runs the generator as
+  the flight's computation: each chunk goes to the broadcast, every caller
+  sharing the flight (the one that started it included) reads it at its own
+  pace, and no caller that stops reading stops the others. When the generator
+  ends normally its chunks are the result the engine stores, as any decision
+  (ttl and ``admit`` judge the list of chunks, ``max_entry_bytes``, first
+  decision wins, leases, audits);
+- the other modes run the same computation (shadow compares the whole stream,
+  record replaces it, off stores nothing).
 
 A stream that raises hands its error to every reader after the chunks it
 had, and stores nothing. When no reader is left before the end, the
@@ -41,14 +42,15 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import DecodeError
+from .._runtime import cancelled, is_cancellation, sleep, spawn
+from ..errors import DecodeError, ReplayMiss
+from ..stores.protocol import Entry
 from ._broadcast import Broadcast, Reader
 from ._calls import detached
 from ._engine import MISS, Unshared
 from ._flights import Flight, copy_for_caller, error_for_caller
 from ._freshness import Freshness, StaleHit, overridden
 from ._leases import LeaseLost, lease_lost
-from ._runtime import cancelled, is_cancellation, sleep, spawn
 from ._trust import judged_as
 
 if TYPE_CHECKING:
@@ -117,60 +119,122 @@ async def cached_stream(
             the first chunk).
     """
     engine.stats.streams += 1
-    mode = engine.mode
-    serving = mode == "live" or mode == "replay"
-    flow: AsyncGenerator[Any, None] | None = None
-    stale: StaleHit | None = None
-    if serving:
-        flight = engine.streaming(key)
-        if flight is None:
-            judged = None if namespace is None else judged_as.set(namespace)
-            try:
-                found = await _lookup(
-                    engine, key, produce, inputs, rebuild, pace, freshness, max_chunks
-                )
-            finally:
-                if judged is not None:
-                    judged_as.reset(judged)
-            stored = None
-            if isinstance(found, StaleHit):
-                stale = found
-                if mode == "replay" and stale.usable():
-                    # Nothing is computed in replay: the recording's stale-if-error answer.
-                    chunks = await _rebuilt(engine, key, engine.replayed(stale), rebuild)
-                    seconds = engine.seconds_of(key, stale.entry) if pace else 0.0
-                    stored = None if chunks is None else (chunks, seconds)
-            else:
-                stored = found
-            if stored is not None:
-                chunks, seconds = stored
-                # Rebuilt already: a chunk that does not fit made the entry a miss.
-                async with aclosing(_replay(engine, chunks, seconds)) as replay:
-                    async for chunk in replay:
-                        yield chunk
-                return
-            if mode == "replay":
-                raise await engine.refusal(key, inputs)
-            # An identical stream may have taken off while the store answered.
-            flight = engine.streaming(key)
-        if flight is not None:
-            engine.joined(flight)
-            broadcast: Broadcast = flight.stream
-            flow = _read(broadcast, broadcast.join())
-    if flow is None:
-        flow = _lead(
-            engine,
-            key,
-            produce,
-            inputs,
-            max_chunks,
-            listed=serving and engine.coalesce,
-            freshness=freshness,
-            stale=stale,
-        )
+    door = _StreamDoor(engine, key, produce, rebuild, pace, max_chunks, freshness)
+    # The engine takes the steps; this door answers each outcome with a flow of chunks.
+    # Both settings hold only while it does (no chunk is yielded meanwhile): a refresh it
+    # starts copies them (a run this caller leads starts later, in ``_StreamDoor.lead``).
+    judged = None if namespace is None else judged_as.set(namespace)
+    try:
+        with _own(freshness):
+            flow: AsyncGenerator[Any, None] = await engine.get_or_compute(
+                key, door.compute, inputs, recompute=door.audit, stream=door
+            )
+    finally:
+        if judged is not None:
+            judged_as.reset(judged)
     async with aclosing(flow):
         async for chunk in flow:
-            yield chunk if rebuild is None else rebuild(chunk)
+            yield chunk
+
+
+class _StreamDoor:
+    """The stream door (``Live``): each outcome of the engine's lookup as a flow of chunks.
+
+    A hit replays the stored chunks with their boundaries (at the recorded pace,
+    when asked); a caller that finds the key's run live reads its ``Broadcast``
+    from the first chunk; a miss runs the generator into a broadcast of its own,
+    as its flight's computation.
+    """
+
+    passing = False  # a stream has no pass: every stream may be kept
+
+    def __init__(
+        self,
+        engine: Engine,
+        key: bytes,
+        produce: Produce,
+        rebuild: Callable[[Any], Any] | None,
+        pace: bool,
+        max_chunks: int,
+        freshness: Freshness | None,
+    ) -> None:
+        self.engine = engine
+        self.key = key
+        self.produce = produce
+        self.rebuild = rebuild
+        self.pace = pace
+        self.max_chunks = max_chunks
+        self.freshness = freshness
+        self.broadcast: Broadcast | None = None
+
+    async def compute(self) -> Any:
+        """The generator's run into this caller's broadcast: its chunks, when kept."""
+        assert self.broadcast is not None
+        return await _generate(self.engine, self.broadcast, self.produce)
+
+    def audit(self) -> Awaitable[Any]:
+        """An audit's run: the whole stream, read by nobody."""
+        return _collect(self.engine, self.produce, self.max_chunks)()
+
+    def refresh(self) -> Callable[[], Awaitable[Any]]:
+        # One run collects the whole stream (bounded as a miss is), from the inputs as
+        # they are now (the call has returned), and replaces the stale one.
+        return _collect(self.engine, detached(self.produce), self.max_chunks)
+
+    async def answer(self, value: Any, how: str, entry: Entry) -> Any:
+        engine = self.engine
+        chunks = await _rebuilt(engine, self.key, value, self.rebuild)
+        if chunks is None:
+            return MISS  # a chunk does not fit: counted as corrupt, dropped
+        seconds = engine.seconds_of(self.key, entry) if self.pace else 0.0
+        return _replay(engine, chunks, seconds)
+
+    async def follow(self, flight: Flight[Any]) -> Any:
+        broadcast: Broadcast = flight.stream
+        return self._rebuilding(_read(broadcast, broadcast.join()))
+
+    async def lead(
+        self,
+        start: Callable[[], Awaitable[Any]],
+        *,
+        listed: bool,
+        stale: StaleHit | None = None,
+    ) -> Any:
+        return self._rebuilding(self._lead(start, listed))
+
+    async def refuse(self, error: ReplayMiss) -> Any:
+        raise error
+
+    async def _lead(
+        self, start: Callable[[], Awaitable[Any]], listed: bool
+    ) -> AsyncGenerator[Any, None]:
+        """Start the stream's computation and read it as its first caller."""
+        engine = self.engine
+        framing = ChunkFraming()
+        # Past max_chunks chunks the stream stops being kept (the piece that ends a stream
+        # of exactly max_chunks comes after its decision was taken).
+        broadcast = self.broadcast = framing.broadcast = Broadcast(
+            engine.max_entry_bytes, framing, joinable=listed, max_pieces=self.max_chunks
+        )
+        reader = broadcast.join(owner=True)
+        # Taken off now, before this caller first awaits: an identical caller that runs
+        # next finds the stream on the flight and reads it live. Its tasks store with the
+        # function's settings.
+        with _own(self.freshness):
+            spawn(_run(engine, broadcast, start()), _RUNNING)
+        async with aclosing(_read(broadcast, reader)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+        # The first caller's stream ends once what may be stored is stored, as a miss of a
+        # plain function returns after its add (its last chunk came as soon as it was made).
+        await broadcast.settled.wait()
+
+    async def _rebuilding(self, flow: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        """``flow``'s chunks in the caller's type (a stored stream's were rebuilt already)."""
+        rebuild = self.rebuild
+        async with aclosing(flow):
+            async for chunk in flow:
+                yield chunk if rebuild is None else rebuild(chunk)
 
 
 async def _rebuilt(
@@ -191,44 +255,6 @@ async def _rebuilt(
         return None
     chunks: list[Any] = value
     return chunks
-
-
-async def _lookup(
-    engine: Engine,
-    key: bytes,
-    produce: Produce,
-    inputs: Any,
-    rebuild: Callable[[Any], Any] | None,
-    pace: bool,
-    freshness: Freshness | None = None,
-    max_chunks: int = 10_000,
-) -> tuple[list[Any], float] | StaleHit | None:
-    """The stored chunks under ``key`` (a hit, counted, maybe audited) and the seconds
-    the stream took (``pace`` only); the ``StaleHit`` within its stale-if-error window
-    (computed as a miss that replaces it, and falls back on it); or ``None``.
-
-    The read and decide steps are the engine's (``Engine.read``, ``Engine.decide``), as
-    for every door: a stale entry is served and refreshed once, paced or not.
-    """
-    entry = await engine.read(key)
-    if entry is None:
-        return None
-    audit = None if engine.sampler is None else _collect(engine, produce, max_chunks)
-    value = await engine.decide(key, entry, inputs, audit)
-    if type(value) is StaleHit:
-        if not value.revalidate:
-            return value
-        # Served at once; one refresh collects the whole stream (bounded as a miss is)
-        # from the inputs as they are now, and replaces it.
-        refresh = _collect(engine, detached(produce), max_chunks)
-        with _own(freshness):  # the refresh's task starts here, with its settings
-            value = engine.serve_stale(key, value, refresh, inputs)
-    if value is MISS:
-        return None
-    chunks = await _rebuilt(engine, key, value, rebuild)
-    if chunks is None:
-        return None
-    return chunks, engine.seconds_of(key, entry) if pace else 0.0
 
 
 def _collect(engine: Engine, produce: Produce, max_chunks: int) -> Callable[[], Awaitable[Any]]:
@@ -311,72 +337,6 @@ async def _read(broadcast: Broadcast, reader: Reader) -> AsyncGenerator[Any, Non
                 framing.abort()
 
 
-async def _lead(
-    engine: Engine,
-    key: bytes,
-    produce: Produce,
-    inputs: Any,
-    max_chunks: int,
-    *,
-    listed: bool,
-    freshness: Freshness | None = None,
-    stale: StaleHit | None = None,
-) -> AsyncGenerator[Any, None]:
-    """Start the stream's computation and read it as its first caller.
-
-    ``stale``: the entry found within its stale-if-error window: the stream replaces
-    it, and if the generator fails before its first chunk, its chunks are the answer.
-    """
-    framing = ChunkFraming()
-    # Past max_chunks chunks the stream stops being kept (the piece that ends a stream of
-    # exactly max_chunks comes after its decision was taken).
-    broadcast = framing.broadcast = Broadcast(
-        engine.max_entry_bytes, framing, joinable=listed, max_pieces=max_chunks
-    )
-    reader = broadcast.join(owner=True)
-
-    async def compute() -> Any:
-        return await _generate(engine, broadcast, produce)
-
-    with _own(freshness):  # the tasks started here store with the function's settings
-        _start(engine, key, broadcast, compute, inputs, listed=listed, stale=stale)
-    async with aclosing(_read(broadcast, reader)) as chunks:
-        async for chunk in chunks:
-            yield chunk
-    # The first caller's stream ends once what may be stored is stored, as a miss of a
-    # plain function returns after its add (its last chunk came as soon as it was made).
-    await broadcast.settled.wait()
-
-
-def _start(
-    engine: Engine,
-    key: bytes,
-    broadcast: Broadcast,
-    compute: Callable[[], Awaitable[Any]],
-    inputs: Any,
-    *,
-    listed: bool,
-    stale: StaleHit | None = None,
-) -> None:
-    """Start the stream's computation: a task that hands its decision to the readers."""
-    outcome: Awaitable[Any]
-    if listed and engine.flights.get(key) is None:
-        # Taken off before this caller first awaits, so that an identical caller that
-        # runs next finds the stream on the flight and reads it live.
-        engine.stats.misses += 1
-        replacing = None if stale is None else stale.entry.value
-        flight = engine.take_off(key, compute, inputs, stream=broadcast, replacing=replacing)
-        outcome = _landed(engine, flight, broadcast, stale)
-    elif listed or stale is not None:
-        # A flight not shared live, or a stream that may fall back on its stale chunks.
-        outcome = engine.miss(key, compute, inputs, stream=broadcast, stale=stale)
-    elif engine.mode == "live" or engine.mode == "replay":
-        outcome = engine.compute(key, compute, inputs)  # coalesce=False
-    else:
-        outcome = engine.get_or_compute(key, compute, inputs)  # off, shadow, record
-    spawn(_run(engine, broadcast, outcome), _RUNNING)
-
-
 @contextmanager
 def _own(freshness: Freshness | None) -> Iterator[None]:
     """The function's own freshness settings, for the tasks started (synchronously) within.
@@ -391,21 +351,6 @@ def _own(freshness: Freshness | None) -> Iterator[None]:
         yield
     finally:
         overridden.reset(token)
-
-
-async def _landed(
-    engine: Engine, flight: Flight[Any], broadcast: Broadcast, stale: StaleHit | None
-) -> Any:
-    """The flight's decision; a failure before the first chunk within stale-if-error is
-    answered with the stale chunks (as ``Engine.miss`` answers a plain function's)."""
-    await flight.done.wait()
-    try:
-        return flight.outcome()
-    except Exception:
-        if stale is None or not stale.usable() or broadcast.base or broadcast.messages:
-            raise
-        engine.stats.stale_if_error_hits += 1
-        return stale.value
 
 
 async def _run(engine: Engine, broadcast: Broadcast, outcome: Awaitable[Any]) -> None:

@@ -466,7 +466,7 @@ class DecisionCacheMiddleware:
         that ``on_hit`` decides on. ``receive``: the body read, then the server's."""
         exchange = Exchange(self._settings, scope, receive, send, key, head, body, route)
         if value is not MISS:
-            await exchange.answer(value)  # on_hit decides
+            await exchange.reply(value)  # on_hit decides
         elif principal is None and self._tags_fn is None and self._headers.tag_name is None:
             await exchange.run()
         else:

@@ -1,12 +1,13 @@
 """One cacheable request through the engine: the middleware's door.
 
 A request the middleware could not answer from memory (``Engine.hit_now``)
-comes here. It reads the key's flight first (a run of the app in progress for
-an identical request), then the store (``Engine.fetch``: a hit is answered at
-once, with no run, no task and no ``Broadcast``), and on a miss hands
-``Engine.miss`` a compute that runs the app and captures its response, so
-leases, audits, shadow mode, the cache's ``admit`` and ttl hooks, renewals
-and the store guard hold for HTTP exactly as they do for the decorator. What
+comes here. The engine's one pipeline takes the steps
+(``Engine.get_or_compute`` with the ``Exchange`` as its live door): a run of
+the app in progress for an identical request is followed, a hit is answered at
+once (no run, no task, no ``Broadcast``), and a miss runs ``compute``: the app,
+its response captured. So leases, audits, shadow mode, the cache's ``admit``
+and ttl hooks, renewals and the store guard hold for HTTP exactly as they do
+for the decorator. What
 only HTTP knows stays in the middleware: ``response`` (what may be stored) and
 ``capture`` (the app's messages as the pieces of a stream).
 
@@ -40,10 +41,12 @@ the response); a follower's when its response is sent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..engine import (
-    MISS,
+    AGAIN,
+    ALONE,
     Broadcast,
     Flight,
     Reader,
@@ -88,10 +91,11 @@ class Exchange:
 
     __slots__ = (
         "body",
+        "broadcast",
         "head",
         "inputs",
-        "joined",
         "key",
+        "passing",
         "receive",
         "route",
         "runner",
@@ -124,71 +128,56 @@ class Exchange:
         self.inputs: list[Any] = []
         self.source = "hit"
         self.runner: AppRunner | None = None
-        self.joined = False
+        self.passing = False
+        """A pass (``Live``): this request shares no run, and its own is not listed."""
+        self.broadcast: Broadcast | None = None
+        """Where the run this request leads sends its messages (``Live``)."""
 
     async def run(self) -> None:
-        """Answer a request ``hit_now`` did not: a share of a run, a hit, or a run of its own."""
+        """Answer a request ``hit_now`` did not: a share of a run, a hit, or a run of its own.
+
+        The engine takes the steps (``Engine.get_or_compute`` with this exchange as its
+        live door); the methods below answer each outcome over HTTP.
+        """
         settings = self.settings
         engine = settings.engine
-        serving = engine.mode == "live" or engine.mode == "replay"
         # Hit-for-pass: the last answer could not be shared, so this request does not
         # queue behind another run; on a miss it runs the app at once, on its own (its
         # answer is stored if it may be, which ends the pass). What the store holds still
         # answers it, and a stale answer still stands in for a failed run.
-        passing = engine.mode == "live" and bool(settings.passes) and settings.passing(self.key)
-        if passing:
+        if engine.mode == "live" and bool(settings.passes) and settings.passing(self.key):
+            self.passing = True
             engine.stats.passes += 1
-        while serving and not passing:
-            flight = engine.streaming(self.key)
-            if flight is None:
-                break
-            if await self.follow(flight, flight.stream):
-                return
-            # That run ended before its start message: look again, and one of its
-            # followers (the first to get here) becomes the new leader.
-        runner = None
-        stale = None
-        if serving:
-            judged = None
-            if engine.sampler is not None and settings.audit:
-                runner = self._runner()
-                if engine.trust is not None:  # the route's own audit window
-                    judged = judged_as.set(self.route or None)
-            try:
-                value = await engine.fetch(
-                    self.key,
-                    recompute=None if runner is None else runner.recompute,
-                    inputs=self.inputs_made(),
-                )
-            except ReplayMiss as miss:  # an entry replay cannot use (another secret...)
-                await self.refuse_in_replay(miss)
-                return
-            finally:
-                if judged is not None:
-                    judged_as.reset(judged)
-            if type(value) is StaleHit:
-                if value.revalidate:
-                    # Served at once; the app runs once in the background, for no client,
-                    # and its response replaces this one if it may be stored.
-                    self.source = "stale"
-                    refresh = self._runner().refresh
-                    await self.answer(
-                        engine.serve_stale(self.key, value, refresh, self.inputs_made())
-                    )
-                    return
-                # Within stale-if-error: its run replaces it, or answers with it if it fails.
-                stale, value = value, MISS
-            if value is not MISS:
-                await self.answer(value)
-                return
-            if engine.mode == "replay":
-                if stale is not None and stale.usable():
-                    self.source = "stale"
-                    await self.answer(engine.replayed(stale))
-                    return
-                await self.refuse_in_replay(await engine.refusal(self.key, self.inputs_made()))
-                return
-        await self.lead(runner, listed=serving and engine.coalesce and not passing, stale=stale)
+        audit = engine.sampler is not None and settings.audit
+        # The route's own audit window judges its hits (and the runs that settle doubts).
+        judged = judged_as.set(self.route or None) if audit and engine.trust is not None else None
+        try:
+            await engine.get_or_compute(
+                self.key,
+                self._compute,
+                self.inputs_made(),
+                recompute=self._recompute,
+                audit=audit,
+                source=self.told,
+                stream=self,
+            )
+        finally:
+            if judged is not None:
+                judged_as.reset(judged)
+
+    async def _compute(self) -> Any:
+        return await self._runner().compute()
+
+    async def _recompute(self) -> Any:
+        return await self._runner().recompute()
+
+    def refresh(self) -> Any:
+        """What a refresh runs: the app once more, in the background, for no client; its
+        response replaces the stale one if it may be stored."""
+        return self._runner().refresh
+
+    async def refuse(self, error: ReplayMiss) -> None:
+        await self.refuse_in_replay(error)
 
     def inputs_made(self) -> list[Any]:
         """The canonical request, for the ttl and admit hooks and audits: made once, on need."""
@@ -216,7 +205,12 @@ class Exchange:
     def told(self, source: str) -> None:
         self.source = "hit" if source == "hit" else "shared"
 
-    async def answer(self, value: Any) -> None:
+    async def answer(self, value: Any, how: str, entry: Any = None) -> None:
+        """Answer with what the store held (``how``: ``"hit"``, ``"stale"``)."""
+        self.source = how
+        await self.reply(value)
+
+    async def reply(self, value: Any) -> None:
         """Send a stored or shared response, unless it is invalid or ``on_hit`` refuses it.
 
         ``source`` names the outcome, with a reason after ``:`` for a stale
@@ -259,46 +253,41 @@ class Exchange:
 
     # -- following a run ------------------------------------------------------------
 
-    async def follow(self, flight: Flight[Any], broadcast: Broadcast) -> bool:
-        """Share ``broadcast``'s outcome; ``False`` when it ended before its start message."""
+    async def follow(self, flight: Flight[Any]) -> Any:
+        """Share the outcome of ``flight``'s run: ``AGAIN`` when it ended before its start
+        message, ``ALONE`` when this request must run the app on its own."""
         settings = self.settings
         engine = settings.engine
+        broadcast: Broadcast = flight.stream
         reader = broadcast.join()
-        if not self.joined:
-            self.joined = True
-            engine.joined(flight)
         try:
             wait = settings.run_times.wait(self.route, engine.coalesce_timeout)
             if not await wait_for(broadcast.decided, wait):
-                broadcast.leave(reader)
                 engine.stats.coalesce_timeouts += 1
-                await self.lead(None, listed=False)
-                return True
+                return ALONE
             if broadcast.source:
                 # The leader got its answer without running the app here, or its run
                 # failed and the stale response answers instead.
                 if broadcast.source.startswith("stale:"):
                     engine.stats.stale_if_error_hits += 1
                 self.source = broadcast.source
-                await self.answer(broadcast.value)
-                return True
+                await self.reply(broadcast.value)
+                return None
             if broadcast.ran and broadcast.shared:
                 if settings.on_hit is not None and not await self._hit_allowed():
                     broadcast.leave(reader)
                     await self.bypass("on_hit")
-                    return True
+                    return None
                 settings.stats.outcomes["shared"] += 1
                 await self.pump(broadcast, reader, "shared")
                 if broadcast.error is not None and not broadcast.complete:
                     raise error_for_caller(broadcast.error, broadcast.traceback)
-                return True
+                return None
             if broadcast.ran or broadcast.error is not None:
                 # Released: the response (or the failure) belongs to the leader's client
                 # alone; this request's own run may well succeed.
-                broadcast.leave(reader)
-                await self.lead(None, listed=False)
-                return True
-            return False
+                return ALONE
+            return AGAIN
         finally:
             broadcast.leave(reader)
 
@@ -343,27 +332,30 @@ class Exchange:
     # -- leading a run --------------------------------------------------------------
 
     async def lead(
-        self, runner: AppRunner | None, *, listed: bool, stale: StaleHit | None = None
+        self,
+        start: Callable[[], Awaitable[Any]],
+        *,
+        listed: bool,
+        stale: StaleHit | None = None,
     ) -> None:
         """Start a run (found by identical requests when ``listed``) and send its response."""
-        settings = self.settings
-        if settings.engine.mode == "replay":
-            # Only a request that could not share a run gets here: replay never runs the app.
-            await self.refuse_in_replay(await settings.engine.refusal(self.key, self.inputs_made()))
-            return
-        broadcast = response_broadcast(settings.engine.max_entry_bytes, joinable=listed)
-        runner = runner or self._runner()
+        engine = self.settings.engine
+        broadcast = self.broadcast = response_broadcast(engine.max_entry_bytes, joinable=listed)
+        runner = self._runner()
         runner.broadcast = broadcast
         runner.fallback = stale is not None
         reader = broadcast.join(owner=True)
-        spawn(self._produce(runner, broadcast, listed, stale))
+        # A run already in progress that this one follows (found before it would take off
+        # one of its own): its failure says why a stale answer came.
+        followed = engine.flights.get(self.key) if stale is not None else None
+        spawn(self._produce(runner, broadcast, start(), followed, stale))
         # Whatever the app sends, from its first message on (an extension's message may
         # come before the start), until the app ends or the answer came without it.
         await self.pump(broadcast, reader, "miss")
         run = runner.app
         if broadcast.source:
             self.source = broadcast.source
-            await self.answer(broadcast.value)
+            await self.reply(broadcast.value)
             if run is not None:
                 # The run failed and the stale response answered: the request still ends
                 # when the app does, and what the app raised is logged, not raised.
@@ -385,40 +377,15 @@ class Exchange:
             raise error_for_caller(broadcast.error, broadcast.traceback)
 
     async def _produce(
-        self, runner: AppRunner, broadcast: Broadcast, listed: bool, stale: StaleHit | None
+        self,
+        runner: AppRunner,
+        broadcast: Broadcast,
+        outcome: Awaitable[Any],
+        followed: Flight[Any] | None,
+        stale: StaleHit | None,
     ) -> None:
-        settings = self.settings
-        engine = settings.engine
-        followed: Flight[Any] | None = None
         try:
-            if listed:
-                # The lookup was made (run()); a run already in progress is followed there.
-                # (Found now, as miss() finds it: its failure says why a stale answer came.)
-                followed = engine.flights.get(self.key) if stale is not None else None
-                value = await engine.miss(
-                    self.key,
-                    runner.compute,
-                    self.inputs_made(),
-                    source=self.told,
-                    stream=broadcast,
-                    stale=stale,
-                )
-            elif engine.mode == "live" or engine.mode == "replay":
-                # A request released from another run, one that waited too long, or a
-                # cache that does not coalesce: this request's own run.
-                value = await engine.compute(
-                    self.key, runner.compute, self.inputs_made(), self.told, stale=stale
-                )
-            else:
-                # shadow, record: the engine decides what is computed, compared and stored.
-                value = await engine.get_or_compute(
-                    self.key,
-                    runner.compute,
-                    self.inputs_made(),
-                    recompute=runner.recompute,
-                    audit=settings.audit,
-                    source=self.told,
-                )
+            value = await outcome
         except BaseException as exc:
             if is_cancellation(exc):
                 runner.abandon()

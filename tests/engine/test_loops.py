@@ -124,7 +124,7 @@ def test_a_trio_loop_is_told_apart_by_its_own_token() -> None:
     wrapping it): a flight belongs to one loop, and two trio runs are two loops."""
     import trio
 
-    from asyncache.engine._runtime import current_loop
+    from asyncache._runtime import current_loop
 
     seen: list[object] = []
 
