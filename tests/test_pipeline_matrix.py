@@ -328,6 +328,18 @@ async def fresh_hit(door: str, rig: Rig) -> None:
     assert cache.stats()["hits"] >= 1
 
 
+async def counted(door: str, rig: Rig) -> None:
+    # One miss then one hit, counted alike by every door, coalescing or not (a stream's
+    # or a request's own run was no miss with coalescing off: it took its own path).
+    for coalesce, item in ((True, "x"), (False, "y")):
+        model = Model()
+        cache = await rig.cache(coalesce=coalesce)
+        asking = await rig.door(door, cache, model)
+        assert await asking.ask([item]) == await asking.ask([item]) == [f'A:"{item}"']
+        stats = cache.stats()
+        assert (stats["misses"], stats["hits"], model.runs) == (1, 1, 1), coalesce
+
+
 async def stale_while_revalidate(door: str, rig: Rig) -> None:
     """Findings 1 (the refresh computes with the call's arguments, not what the caller
     did with them afterwards), 2 (the middleware's refresh keeps the response's
@@ -687,6 +699,7 @@ async def lease_stalled(door: str, rig: Rig) -> None:
 
 BEHAVIOURS: dict[str, Behaviour] = {
     "fresh_hit": fresh_hit,
+    "counted": counted,
     "stale_while_revalidate": stale_while_revalidate,
     "stale_if_error": stale_if_error,
     "cached_error": cached_error,
