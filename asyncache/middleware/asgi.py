@@ -245,7 +245,11 @@ class DecisionCacheMiddleware:
         self._ready_for_head = replay_maker(hit_headers, head=True, ages=ages)
         self._on_hit = on_hit
         # Requests the hit path may answer: no hook to call, a body the keys memory holds.
-        self._plain = scope is None and on_hit is None
+        # With a hook, no method is the hit path's: one check for both.
+        self._hit_methods = self._methods if scope is None and on_hit is None else frozenset()
+        # The two memories' dicts (never replaced), looked up by the hit path itself.
+        self._known_heads = self._heads.known
+        self._known_keys = self._keys.known
         self._remembered_body = min(max_body_bytes, REMEMBERED_BODY_BYTES)
         self._hit_timings = hit_timings(self._hit_desc)
         self._settings = ExchangeSettings(
@@ -284,17 +288,16 @@ class DecisionCacheMiddleware:
         engine = self._engine
         if (
             route is None
-            or not self._plain
-            or method not in self._methods
+            or method not in self._hit_methods
             or engine.mode == "off"  # not enabled (the property, without its call)
         ):
             await self._handle(scope, receive, send, started)
             return
         try:
-            head = self._heads.known.get(tuple(scope["headers"]))
+            head = self._known_heads.get(tuple(scope["headers"]))
         except (KeyError, TypeError):  # a hand-built scope: _handle reads it
             head = None
-        if head is None or head.refusal is not None or head.credentials:
+        if head is None or not head.public:
             await self._handle(scope, receive, send, started)
             return
         message = await receive()
@@ -309,7 +312,7 @@ class DecisionCacheMiddleware:
         try:
             # The keys memory, by RequestKeys.key's parts, looked up here: its call would
             # cost as much as the lookup.
-            key = self._keys.known.get(
+            key = self._known_keys.get(
                 (
                     route,
                     method,

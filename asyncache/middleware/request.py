@@ -112,6 +112,8 @@ class RequestHead:
             ``repeated_header``, ``forwarded``; and ``body_too_large`` from
             ``RequestHeads`` with a limit), or ``None``.
         remembered: ``RequestHeads`` keeps this head for later requests.
+        public: no refusal and no credentials (set by ``RequestHeads``, once
+            its refusal is final): what the middleware's hit path checks.
     """
 
     __slots__ = (
@@ -123,6 +125,7 @@ class RequestHead:
         "forwarded",
         "host",
         "no_store",
+        "public",
         "refusal",
         "remembered",
         "repeated",
@@ -145,6 +148,7 @@ class RequestHead:
         self.host: str | None = None
         self.refusal: str | None = None
         self.remembered = False
+        self.public = False
         self.vary: list[list[str]] = [[] for _ in range(vary_count)] if vary_count else []
 
 
@@ -299,6 +303,7 @@ class RequestHeads:
         limit = self._max_body_bytes
         if head.refusal is None and limit is not None and (head.content_length or 0) > limit:
             head.refusal = "body_too_large"
+        head.public = head.refusal is None and not head.credentials
         return head
 
 
