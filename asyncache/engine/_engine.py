@@ -47,7 +47,8 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from .._runtime import cancelled, is_cancellation, spawn
@@ -594,16 +595,23 @@ class Engine:
             if not self.coalesce:
                 value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
                 return value  # type: ignore[no-any-return]
-            flight = self.flights.get(key)
+            here = self.flights.here()
+            flight = here.flights.get(key)
             if flight is None:
-                flight = self._take_off(key, compute, inputs, source=source, replacing=replacing)
+                # take_off, inlined: the running loop's table is at hand.
+                flight = self.flights.claim(key, here)
+                self.flights.launch(
+                    flight, self._fly(key, flight, compute, inputs, source, replacing)
+                )
                 if flight.task is not None:  # asyncio (a trio flight has no task)
                     # The flight's first step runs just before this caller's next: a model
                     # that answers without suspending has landed by then, a loop turn sooner
                     # than a wake-up from the event would tell.
-                    await asyncio.sleep(0)
+                    await _one_turn()
                 if not flight.done.is_set():
                     await flight.done.wait()
+                if flight.error is None:  # outcome(), without its call
+                    return flight.value  # type: ignore[return-value]
                 return flight.outcome()  # type: ignore[no-any-return]
             self.stats.coalesced += 1
             return await self._follow(key, flight, compute, inputs, source, None, replacing)
@@ -1763,6 +1771,13 @@ class Engine:
         await self.flights.aclose()
         if self.leases is not None:
             await self.leases.aclose()
+
+
+@types.coroutine
+def _one_turn() -> Generator[None, None, None]:
+    """``asyncio.sleep(0)`` with one generator instead of two coroutines: a bare yield,
+    which lets every callback ready now run before the caller goes on."""
+    yield
 
 
 # The inputs of a call the caller cannot name (a corrupt entry found by key alone).

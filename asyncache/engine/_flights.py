@@ -22,6 +22,8 @@ from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
 from .._runtime import (
+    Event,
+    Signal,
     cancel_and_wait,
     cancelled,
     current_loop,
@@ -55,13 +57,16 @@ class Flight(Generic[T]):
         "refresh",
         "shared",
         "stream",
+        "table",
         "task",
         "traceback",
         "value",
     )
 
-    def __init__(self) -> None:
-        self.done = new_event()
+    def __init__(self, done: Event | None = None) -> None:
+        # ``done``: an event the caller knows to be of the running loop's kind (a miss
+        # under asyncio hands in a ``Signal``), which spares ``new_event`` its check.
+        self.done = new_event() if done is None else done
         self.value: T | None = None
         self.error: BaseException | None = None
         self.traceback: Any = None
@@ -70,6 +75,8 @@ class Flight(Generic[T]):
         self.refresh = False
         self.task: asyncio.Task[None] | None = None
         self.stream: Any = None
+        # The loop's table that ``FlightTable.claim`` registered it in.
+        self.table: _LoopFlights[T] | None = None
 
     def set_result(self, value: T, *, shared: bool = True) -> None:
         self.value = value
@@ -94,12 +101,17 @@ class Flight(Generic[T]):
 
 
 class _LoopFlights(Generic[T]):
-    """One event loop's flights by key, and the tasks that compute them."""
+    """One event loop's flights by key, and the tasks that compute them.
 
-    __slots__ = ("flights", "loop", "tasks")
+    ``asyncio_loop`` is the loop itself when it is asyncio's (``None`` under
+    trio), so that the miss path asks which loop runs only once.
+    """
+
+    __slots__ = ("asyncio_loop", "flights", "loop", "tasks")
 
     def __init__(self, loop: object) -> None:
         self.loop = loop
+        self.asyncio_loop = loop if isinstance(loop, asyncio.AbstractEventLoop) else None
         self.flights: dict[bytes, Flight[T]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -112,7 +124,8 @@ class FlightTable(Generic[T]):
     each loop has flights of its own and coalesces its own callers, and the
     store's ``add`` (first decision wins) settles what every loop keeps. A
     loop's table is touched only from that loop's thread; the table of tables
-    changes only when a loop starts or ends its first or last flight.
+    changes only when a loop starts its first flight, and when a loop that
+    closed (or, under trio, one with no flight left) is forgotten.
     """
 
     __slots__ = ("_loops",)
@@ -123,24 +136,35 @@ class FlightTable(Generic[T]):
     def __len__(self) -> int:
         return sum(len(here.flights) for here in list(self._loops.values()))
 
-    def _here(self) -> _LoopFlights[T]:
+    def here(self) -> _LoopFlights[T]:
         """The running loop's flights, made when it has none."""
         loop = current_loop()
         here = self._loops.get(loop)
         if here is None:
-            # A loop that closed with flights left (their tasks never ran) is gone for good.
+            # A loop that closed (with flights left whose tasks never ran, or idle) is gone
+            # for good.
             for gone in [
                 other
                 for other in list(self._loops.values())
-                if isinstance(other.loop, asyncio.AbstractEventLoop) and other.loop.is_closed()
+                if other.asyncio_loop is not None and other.asyncio_loop.is_closed()
             ]:
                 self._loops.pop(gone.loop, None)
             here = self._loops[loop] = _LoopFlights(loop)
         return here
 
     def _idle(self, here: _LoopFlights[T]) -> None:
-        """Forget a loop that has no flight and no task left (it may never run again)."""
-        if not here.flights and not here.tasks and self._loops.get(here.loop) is here:
+        """Forget a loop that has no flight and no task left (it may never run again).
+
+        An open asyncio loop keeps its table: making it again on each miss cost
+        a third of what coalescing adds to one. ``here`` forgets it once the loop
+        closed, when another loop first computes.
+        """
+        if here.flights or here.tasks:
+            return
+        loop = here.asyncio_loop
+        if loop is not None and not loop.is_closed():
+            return
+        if self._loops.get(here.loop) is here:
             del self._loops[here.loop]
 
     def keys(self) -> list[bytes]:
@@ -152,10 +176,17 @@ class FlightTable(Generic[T]):
         here = self._loops.get(current_loop())
         return None if here is None else here.flights.get(key)
 
-    def claim(self, key: bytes) -> Flight[T]:
-        """Register a new flight for ``key`` in the running loop; its owner must ``finish`` it."""
-        flight: Flight[T] = Flight()
-        self._here().flights[key] = flight
+    def claim(self, key: bytes, here: _LoopFlights[T] | None = None) -> Flight[T]:
+        """Register a new flight for ``key`` in the running loop; its owner must ``finish`` it.
+
+        ``here``: the running loop's table, when the caller already has it (``here()``).
+        """
+        if here is None:
+            here = self.here()
+        # Under asyncio the event is a Signal: new_event need not ask which loop runs.
+        flight: Flight[T] = Flight(None if here.asyncio_loop is None else Signal())
+        flight.table = here
+        here.flights[key] = flight
         return flight
 
     def start(
@@ -166,7 +197,7 @@ class FlightTable(Generic[T]):
         ``work`` records outcomes on the flights; whatever it leaves unset (it
         was cancelled or raised) becomes an error, so no waiter hangs.
         """
-        here = self._here()
+        here = self.here()
 
         async def run() -> None:
             error: BaseException | None = None
@@ -201,10 +232,9 @@ class FlightTable(Generic[T]):
         A task cancelled before it first ran cannot, so ``aclose`` finishes
         whatever flight is still open.
         """
-        here = self._here()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # trio: a system task (runtime.spawn)
+        here = flight.table or self.here()
+        loop = here.asyncio_loop
+        if loop is None:  # trio: a system task (runtime.spawn)
             flight.task = spawn(work, here.tasks, forget_when_done=False)
             return
         # spawn's asyncio branch, inlined: every coalesced miss comes through here.
@@ -213,7 +243,7 @@ class FlightTable(Generic[T]):
 
     def landed(self, key: bytes, flight: Flight[T]) -> None:
         """The last thing a launched task does: forget its flight and its task."""
-        here = self._loops.get(current_loop())
+        here = flight.table or self._loops.get(current_loop())
         if here is not None:
             if here.flights.get(key) is flight:
                 del here.flights[key]
