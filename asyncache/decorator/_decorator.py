@@ -448,14 +448,15 @@ def _wrap(
     policy: Freshness | None,
 ) -> Callable[..., Awaitable[Any]]:
     """The cached function: the hit path without another coroutine, the rest in the engine."""
-    get_or_compute = cache.engine.get_or_compute
-    hit_now = cache.engine.hit_now
+    engine = cache.engine
+    get_or_compute = engine.get_or_compute
+    hit_now = engine.hit_now
 
     async def compute(cache_key: bytes, inputs: Any, args: Any, kwargs: Any) -> Any:
         # The function's own freshness settings, for the flight this call may start.
         token = None if policy is None else overridden.set(policy)
         # Its own audit window (asyncache.engine._trust), when the cache keeps them.
-        judged = None if cache.engine.trust is None else judged_as.set(name)
+        judged = None if engine.trust is None else judged_as.set(name)
         try:
             return await get_or_compute(cache_key, Call(run, args, kwargs), inputs)
         except ReplayMiss as miss:
@@ -486,6 +487,12 @@ def _wrap(
             if value is not MISS:
                 return value
             if tags is None:
+                if policy is None and engine.trust is None:
+                    # compute's work without its coroutine: nothing of the function's to set.
+                    try:
+                        return await get_or_compute(cache_key, Call(run, args, kwargs), inputs)
+                    except ReplayMiss as miss:
+                        raise miss.named(name) from None
                 return await compute(cache_key, inputs, args, kwargs)
             # What this call stores carries its tags (``asyncache.tags``): a hit never asks.
             marks = Tagging(cache.namespace, source=tag_source(tags, args, kwargs))

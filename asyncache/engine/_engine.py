@@ -907,7 +907,12 @@ class Engine:
         replacing: bytes | None = None,
     ) -> tuple[Any, bool]:
         try:
-            result, seconds = await self.timed(compute)
+            # timed(compute), without its coroutine: every miss computes here.
+            started = time.perf_counter()
+            result = await compute()
+            seconds = time.perf_counter() - started
+            if self.on_compute is not None:
+                self.on_compute(seconds)
         except Exception as exc:
             # Remembered only where no stale decision is kept: that one is the better answer.
             if replacing is None and self.policy().caches(exc):
@@ -1125,7 +1130,10 @@ class Engine:
     # -- keeping a decision --------------------------------------------------
 
     async def timed(self, compute: Callable[[], Awaitable[T]]) -> tuple[T, float]:
-        """Run one model call; return its result and its seconds (reported to ``on_compute``)."""
+        """Run one model call; return its result and its seconds (reported to ``on_compute``).
+
+        ``_compute_alone``, every miss's, does the same inline.
+        """
         started = time.perf_counter()
         result = await compute()
         seconds = time.perf_counter() - started
