@@ -590,31 +590,30 @@ class Engine:
                 stale=stale,
             )
         self.stats.misses += 1
+        if not self.coalesce:
+            return await self._alone(key, compute, inputs, source, stale)  # type: ignore[no-any-return]
         replacing = None if stale is None else stale.entry.value
-        try:
-            if not self.coalesce:
-                value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
-                return value  # type: ignore[no-any-return]
-            here = self.flights.here()
-            flight = here.flights.get(key)
-            if flight is None:
-                # take_off, inlined: the running loop's table is at hand.
-                flight = self.flights.claim(key, here)
-                self.flights.launch(
-                    flight, self._fly(key, flight, compute, inputs, source, replacing)
-                )
-                if flight.task is not None:  # asyncio (a trio flight has no task)
-                    # The flight's first step runs just before this caller's next: a model
-                    # that answers without suspending has landed by then, a loop turn sooner
-                    # than a wake-up from the event would tell.
-                    await _one_turn()
-                if not flight.done.is_set():
-                    await flight.done.wait()
-                if flight.error is None:  # outcome(), without its call
-                    return flight.value  # type: ignore[return-value]
-                return flight.outcome()  # type: ignore[no-any-return]
+        here = self.flights.here()
+        flight = here.flights.get(key)
+        if flight is not None:
             self.stats.coalesced += 1
-            return await self._follow(key, flight, compute, inputs, source, None, replacing)
+            return await self._follow_then_fall_back(  # type: ignore[no-any-return]
+                key, flight, compute, inputs, source, None, replacing, stale
+            )
+        # _take_off, inlined: the running loop's table is at hand.
+        flight = self.flights.claim(key, here)
+        self.flights.launch(flight, self._fly(key, flight, compute, inputs, source, replacing))
+        try:
+            if flight.task is not None:  # asyncio (a trio flight has no task)
+                # The flight's first step runs just before this caller's next: a model
+                # that answers without suspending has landed by then, a loop turn sooner
+                # than a wake-up from the event would tell.
+                await _one_turn()
+            if not flight.done.is_set():
+                await flight.done.wait()
+            if flight.error is None:  # outcome(), without its call
+                return flight.value  # type: ignore[return-value]
+            return flight.outcome()  # type: ignore[no-any-return]
         except Exception:
             return self.fall_back(stale)  # type: ignore[no-any-return]
 
@@ -659,6 +658,8 @@ class Engine:
         source: Source | None,
         stale: StaleHit | None,
     ) -> Any:
+        """A miss computed by its caller alone, in no flight (under a lease when leases
+        are on); ``stale``'s value when it fails within stale-if-error."""
         replacing = None if stale is None else stale.entry.value
         try:
             value, _ = await self._compute_shared(key, compute, inputs, source, replacing)
@@ -677,6 +678,8 @@ class Engine:
         replacing: bytes | None,
         stale: StaleHit | None,
     ) -> Any:
+        """A miss that joins ``flight``: its outcome; ``stale``'s value when it fails
+        within stale-if-error."""
         try:
             return await self._follow(key, flight, compute, inputs, source, broadcast, replacing)
         except Exception:
