@@ -47,11 +47,10 @@ import inspect
 import logging
 import math
 import time
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from .._runtime import cancelled, is_cancellation, spawn
+from .._runtime import cancelled, is_cancellation, one_turn, spawn
 from ..codec import Decoded, InflatesPastCap, decode, encode
 from ..errors import DecodeError, ReplayMiss, SignatureError, StoreError
 from ..keys import canonical
@@ -608,7 +607,7 @@ class Engine:
                 # The flight's first step runs just before this caller's next: a model
                 # that answers without suspending has landed by then, a loop turn sooner
                 # than a wake-up from the event would tell.
-                await _one_turn()
+                await one_turn()
             if not flight.done.is_set():
                 await flight.done.wait()
             if flight.error is None:  # outcome(), without its call
@@ -1782,13 +1781,6 @@ class Engine:
         await self.flights.aclose()
         if self.leases is not None:
             await self.leases.aclose()
-
-
-@types.coroutine
-def _one_turn() -> Generator[None, None, None]:
-    """``asyncio.sleep(0)`` with one generator instead of two coroutines: a bare yield,
-    which lets every callback ready now run before the caller goes on."""
-    yield
 
 
 # The inputs of a call the caller cannot name (a corrupt entry found by key alone).
