@@ -489,6 +489,17 @@ def _freeze_dict(obj: dict[Any, Any], budget: list[int]) -> tuple[Any, ...]:
         cls = type(value)
         if cls is str or cls is int or value is None:  # a leaf as it is, without a call
             parts += (name, value)
+        elif cls is list:
+            # _freeze's list, without its call for a list of strings (a prompt's questions).
+            for item in value:
+                if type(item) is not str:
+                    parts += (name, _freeze(value, budget))
+                    break
+            else:
+                budget[0] -= len(value)
+                if budget[0] < 0:
+                    raise _Unfrozen
+                parts += (name, (_LIST, *value))
         else:
             parts += (name, _freeze(value, budget))
     return tuple(parts)
