@@ -22,7 +22,7 @@ from asyncache.stores.tiered import TieredStore
 
 from ..servers import RedisServer
 from ..support import GENEROUS_REDIS_TIMEOUTS, until
-from ..support.stores import live_leases
+from ..support.stores import lease_seconds_left, live_leases
 
 ROOT = Path(__file__).resolve().parents[2]
 # A hang guard for child processes, never a timing assertion.
@@ -403,6 +403,11 @@ async def test_a_live_owner_keeps_its_lease_and_a_killed_one_costs_about_a_lease
     caller here waits for it. While the owner lives its lease holds, five
     lease ttls and more: the owner renews it. After ``kill -9`` the lease
     ends within a ttl, and the caller here takes over and is answered.
+
+    "Within a ttl" is read from the store, not from a clock: the lease the
+    owner keeps never has more than a ttl left (each renewal sets one ttl), so
+    whenever it dies its lease ends within one. How many seconds a waiter
+    waits after the kill is ``benchmarks/faults.py``'s (a killed lease owner).
     """
     go = tmp_path / "go"
     owner = _spawn(tmp_path, "owner", store_url, go, keys=1, per_key=1, compute=600)
@@ -427,15 +432,15 @@ async def test_a_live_owner_keeps_its_lease_and_a_killed_one_costs_about_a_lease
         await asyncio.sleep(5 * cache.lease_ttl)
         assert not waiter.done()
         assert runs == [] and cache.stats()["lease_takeovers"] == 0
+        # The owner's lease is live, with at most one ttl (1 s) left: renewed, never
+        # taken for long (without renewals it was taken for the old default of 10 s).
+        left = await lease_seconds_left(store_url)
+        assert 0 < left <= cache.lease_ttl, left
         os.kill(owner.pid, signal.SIGKILL)
-        killed = time.monotonic()
+        # So its lease ends within a ttl of the kill, and the caller here takes over.
         answer = await asyncio.wait_for(waiter, WAIT_TIMEOUT)
-        answered_after = time.monotonic() - killed
         assert answer == {"key": 0, "pid": os.getpid()}
         assert runs == [0] and cache.stats()["lease_takeovers"] == 1
-        # The dead owner's lease lived at most one ttl (1 s) past its last renewal;
-        # without renewals it lived the whole old default of 10 s.
-        assert answered_after < 3 * cache.lease_ttl, answered_after
     await asyncio.to_thread(owner.communicate)
 
 

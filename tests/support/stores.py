@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
 
 from asyncache.stores import open_store
 
@@ -66,5 +68,29 @@ async def live_leases(url: str, prefix: str) -> int:
             if await client.pttl(name) > 0:
                 live += 1
         return live
+    finally:
+        await client.aclose()
+
+
+async def lease_seconds_left(url: str) -> float:
+    """The most time a lease in the store at ``url`` has left, as the store keeps it
+    (0 without one): a SQLite file's lease rows, or a Redis ``prefix``'s lease keys
+    (``prefix`` in the URL's query, as the tests give it)."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        from asyncache.stores.sqlite.url import parse_url
+
+        with sqlite_file(parse_url(url)[0]) as db:
+            row = db.execute("SELECT max(expires_at) FROM asyncache_leases").fetchone()
+        return max((row[0] or 0.0) - time.time(), 0.0)
+    from redis.asyncio import Redis
+
+    prefix = parse_qs(parts.query)["prefix"][0]
+    client = Redis.from_url(parts._replace(query="").geturl())
+    try:
+        left = 0
+        async for name in client.scan_iter(match=f"{prefix}lease:*", count=1000):
+            left = max(left, await client.pttl(name))
+        return left / 1000
     finally:
         await client.aclose()
