@@ -228,6 +228,7 @@ class Engine:
         self.store = store
         self.guard.use(store)
         self.recent = RecentValues()
+        self._records = self.recent.records  # hit_now's read, one object nearer
         # The stores' synchronous fast path, when they have one (MemoryStore, TieredStore).
         self._peek: Callable[[bytes], Entry | None] | None = getattr(store, "peek", None)
         # A MemoryStore's peek is the whole answer; a tier's peek only covers its L1.
@@ -346,7 +347,7 @@ class Engine:
         # The hot case of ``hit``, without its call: what was handed out before from
         # these very bytes, handed out again (as it is: a scalar, or what ``made`` made;
         # or a shallow copy: a list or dict of scalars).
-        known = self.recent.records.get(key)
+        known = self._records.get(key)
         if (
             known is not None
             and known.value is entry.value

@@ -118,6 +118,11 @@ class MemoryStore:
         self.max_entry_bytes = max_entry_bytes
         self.max_entries_per_scope = max_entries_per_scope
         self._data: OrderedDict[bytes, Entry] = OrderedDict()
+        # The key last put or read, which the order holds last: reading it again moves
+        # nothing (a hot input read over and over costs no reordering). A key dropped
+        # since is never read here; two threads' reads racing may leave one key a place
+        # short of last, as the unlocked moves themselves may.
+        self._newest: bytes | None = None
         self._bytes = 0
         self.evictions = 0
         # With a budget: each scope's keys, least recently used first, and each key's scope.
@@ -171,6 +176,8 @@ class MemoryStore:
                 if self._data.get(key) is entry:  # not replaced or dropped meanwhile
                     self._drop(key, entry)
             return None
+        if key is self._newest:
+            return entry  # last in the order already (and in its scope's: nothing moved since)
         try:
             self._data.move_to_end(key)
             if self._scope_of:
@@ -178,7 +185,8 @@ class MemoryStore:
                 if scope is not _NO_SCOPE:
                     self._scopes[scope].move_to_end(key)
         except KeyError:
-            pass  # dropped by another thread since the lookup: this read still had it
+            return entry  # dropped by another thread since the lookup: this read still had it
+        self._newest = key
         return entry
 
     # The engine's synchronous fast path: a hit here costs no coroutine.
@@ -205,6 +213,7 @@ class MemoryStore:
                 self._bytes -= entry_size(key, old.value)
                 self._unscope(key)
             self._data[key] = entry
+            self._newest = key
             self._bytes += size
             if self.max_entries_per_scope is not None:
                 self._charge(key, ENTRY_SCOPE.get())

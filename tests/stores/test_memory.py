@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import time
 import tracemalloc
 
@@ -91,6 +92,55 @@ async def test_lru_order_decides_what_max_entries_evicts() -> None:
     ]
     assert len(store) == 3
     assert store.evictions == 2
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["one-order", "scoped"])
+def test_eviction_follows_a_reference_lru_through_repeated_reads(scoped: bool) -> None:
+    """Reading the key read last moves nothing (it is last already): over random puts,
+    reads (the same key often several times running, with equal keys that are other
+    objects), drops and replacements, what the store evicts is what an exact LRU
+    evicts, globally and, with budgets, in each scope."""
+    rng = random.Random(20261206)
+    budget = 4
+    store = MemoryStore(max_entries=6, max_entries_per_scope=budget if scoped else None)
+    model: dict[bytes, str] = {}  # key -> scope, least recently used first
+
+    def touch(key: bytes) -> None:
+        model[key] = model.pop(key)
+
+    def evict_past_bounds(scope: str) -> None:
+        if scoped:
+            in_scope = [key for key, of in model.items() if of == scope]
+            for key in in_scope[: max(0, len(in_scope) - budget)]:
+                del model[key]
+        while len(model) > 6:
+            del model[next(iter(model))]
+
+    keys = [k(i) for i in range(9)]
+    for _ in range(3000):
+        key = bytes(rng.choice(keys)) if rng.random() < 0.5 else rng.choice(keys)
+        scope = "even" if key[-1] % 2 == 0 else "odd"
+        action = rng.random()
+        if action < 0.45:
+            got = store.get_now(key)
+            assert (got is not None) == (key in model)
+            if got is not None:
+                touch(key)
+        elif action < 0.55 and key in model:
+            repeats = rng.randint(2, 5)  # the same key read several times running
+            for _ in range(repeats):
+                assert store.get_now(key) is not None
+            touch(key)
+        elif action < 0.65:
+            store.delete_now(key)
+            model.pop(key, None)
+        else:
+            with entries_of(scope if scoped else None):
+                store.put_now(key, Entry(b"v", None))
+            model.pop(key, None)
+            model[key] = scope
+            evict_past_bounds(scope)
+        assert list(store._data) == list(model)
 
 
 async def test_max_bytes_bounds_the_estimate() -> None:
