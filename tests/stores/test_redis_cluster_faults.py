@@ -71,9 +71,16 @@ def _collect_what_old_clients_leak() -> Iterator[None]:
 
 @pytest.fixture
 def servers(redis_engine: str, tmp_path: Path) -> Iterator[Servers]:
-    """Three cluster primaries of this test's own, which it may stop and continue."""
+    """Three cluster primaries of this test's own, which it may stop and continue.
+
+    No stall here ends in a failover (those tests start clusters with replicas): a node
+    is never marked failed, which would take the whole cluster down (CLUSTERDOWN) when a
+    stall outlasts the default 5 s, as three 2 s timeouts do."""
     cluster = start_cluster(
-        server_binary(redis_engine), require_binary("redis-cli"), tmp_path / "cluster"
+        server_binary(redis_engine),
+        require_binary("redis-cli"),
+        tmp_path / "cluster",
+        node_timeout_ms=600_000,
     )
     try:
         yield cluster
