@@ -341,16 +341,11 @@ class DecisionCacheMiddleware:
             return
         self.stats.outcomes["hit"] += 1
         # Fresh messages (what is in front may change them), from the replay's parts.
+        headers = [*value.hit_headers] if value.born is None else value.hit_start()
         if self._server_timing:
             us = (perf_counter_ns() - started) // 1000
-            timing = (self._hit_timings[us] if us < TIMINGS_MADE else None) or made_timing(
-                self._hit_desc, us
-            )
-            headers = (
-                [*value.hit_headers, timing] if value.born is None else value.hit_start(timing)
-            )
-        else:
-            headers = [*value.hit_headers] if value.born is None else value.hit_start()
+            timing = self._hit_timings[us] if us < TIMINGS_MADE else None
+            headers.append(timing or made_timing(self._hit_desc, us))
         await send({"type": "http.response.start", "status": value.status, "headers": headers})
         await send({"type": "http.response.body", "body": value.body, "more_body": False})
 
@@ -448,10 +443,9 @@ class DecisionCacheMiddleware:
         value = self._engine.hit_now(key, made)
         if value is not MISS and self._on_hit is None:
             self.stats.outcomes["hit"] += 1
+            headers = value.hit_start()
             if self._server_timing:
-                headers = value.hit_start(timing_header(self._hit_desc, started))
-            else:
-                headers = value.hit_start()
+                headers.append(timing_header(self._hit_desc, started))
             await send({"type": "http.response.start", "status": value.status, "headers": headers})
             await send({"type": "http.response.body", "body": value.body, "more_body": False})
             return

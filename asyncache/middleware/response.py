@@ -353,11 +353,11 @@ class Replay:
         self.hit_headers = (*headers, *hit_headers)
         self.born = born
 
-    def hit_start(self, *more: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
-        """The headers of one hit: ``hit_headers``, its ``Age`` (RFC 9111 5.1), then ``more``."""
+    def hit_start(self) -> list[tuple[bytes, bytes]]:
+        """The headers of one hit: ``hit_headers``, then its ``Age`` (RFC 9111 5.1)."""
         if self.born is None:
-            return [*self.hit_headers, *more]
-        return [*self.hit_headers, _age(self.born), *more]
+            return [*self.hit_headers]
+        return [*self.hit_headers, _age(self.born)]
 
     def without_age(self) -> Replay:
         """This replay, its hits saying no ``Age`` (the middleware names no outcomes)."""
