@@ -450,7 +450,7 @@ _FROZEN_ITEMS = 64
 
 
 class _Unfrozen(Exception):
-    """The input holds something ``frozen`` does not take (or too many items)."""
+    """The input holds something ``_freeze_dict`` does not take (or too many items)."""
 
 
 # Markers in a frozen input: each equal only to itself, so no user value can pose as one.
@@ -482,13 +482,25 @@ def _freeze(obj: Any, budget: list[int]) -> Any:
 
 
 def _freeze_dict(obj: dict[Any, Any], budget: list[int]) -> tuple[Any, ...]:
+    """A hashable value equal for two inputs only when they key alike.
+
+    Built at call time from exact ``str``, ``int``, ``float``, ``bool`` and
+    ``None`` leaves in lists, tuples and dicts with string keys: a list
+    changed after the call makes another value. Strings are held as they are
+    (immutable), so comparing a caller's same string object again reads none
+    of its characters, and its hash is cached on it.
+
+    Raises:
+        _Unfrozen: anything else, or more items in all than ``budget`` holds.
+    """
     parts: list[Any] = [_DICT]
     for name, value in obj.items():
         if type(name) is not str:
             raise _Unfrozen
         cls = type(value)
         if cls is str or cls is int or value is None:  # a leaf as it is, without a call
-            parts += (name, value)
+            parts.append(name)
+            parts.append(value)
         elif cls is list:
             # _freeze's list, without its call for a list of strings (a prompt's questions).
             for item in value:
@@ -499,28 +511,11 @@ def _freeze_dict(obj: dict[Any, Any], budget: list[int]) -> tuple[Any, ...]:
                 budget[0] -= len(value)
                 if budget[0] < 0:
                     raise _Unfrozen
-                parts += (name, (_LIST, *value))
+                parts.append(name)
+                parts.append((_LIST, *value))
         else:
             parts += (name, _freeze(value, budget))
     return tuple(parts)
-
-
-def frozen(inputs: Any) -> tuple[Any, ...] | None:
-    """A hashable value equal for two inputs only when they key alike, or ``None``.
-
-    Built at call time from exact ``str``, ``int``, ``float``, ``bool`` and
-    ``None`` leaves in lists, tuples and dicts with string keys (anything else,
-    or more than 64 items in all: ``None``): a list changed after the call
-    makes another value. Strings are held as they are (immutable), so
-    comparing a caller's same string object again reads none of its
-    characters, and its hash is cached on it.
-    """
-    if type(inputs) is not dict:
-        return None
-    try:
-        return _freeze_dict(inputs, [_FROZEN_ITEMS - len(inputs)])
-    except _Unfrozen:
-        return None
 
 
 def _frozen_bytes(value: Any) -> int:
@@ -541,7 +536,7 @@ class RecentKeys:
     canonical bytes (they hold no ``null``, so no ``None`` can be a NaN:
     ``keys.canonical``'s rule); so an input found here keys exactly as
     ``KeyBuilder.key`` keys it. Large ones (a long prompt) are remembered by
-    value (``frozen``): a repeated prompt then costs neither its encoding nor
+    value (``_freeze_dict``): a repeated prompt then costs neither its encoding nor
     its hash, and what is remembered is bounded in the bytes it holds. A
     function whose inputs can be remembered neither way skips the lookup
     (probing again now and then), so it pays for no second encoding.
@@ -573,38 +568,46 @@ class RecentKeys:
         # "> 0": threads sharing the countdowns may take one below zero.
         if self._large > 0:
             self._large -= 1
-            return self._by_value_key(inputs)
-        if self._skip > 0:
-            self._skip -= 1
-            return self._builder.key(inputs)
-        try:
-            raw = _dumps(inputs, default=refuse, option=PLAIN_OPTIONS)
-        except orjson.JSONEncodeError:
-            return self._builder.key(inputs)  # tagged: the careful walk
-        if len(raw) > KEY_BYTES:
+        else:
+            if self._skip > 0:
+                self._skip -= 1
+                return self._builder.key(inputs)
+            try:
+                raw = _dumps(inputs, default=refuse, option=PLAIN_OPTIONS)
+            except orjson.JSONEncodeError:
+                return self._builder.key(inputs)  # tagged: the careful walk
+            if len(raw) <= KEY_BYTES:
+                known = self._known
+                key = known.get(raw)
+                if key is None:
+                    exact = canonical(inputs)
+                    key = self._builder.digest(exact)  # KeyBuilder.key, unscoped
+                    if exact == raw and raw.find(b"null") < 0:
+                        with self._lock:
+                            while len(known) >= RECENT_KEYS:
+                                del known[next(iter(known))]
+                            # A copy: orjson's own bytes keep the spare room of its buffer.
+                            known[bytes(memoryview(raw))] = key
+                return key
             self._large = PROBE_EVERY
-            return self._by_value_key(inputs)
-        known = self._known
-        key = known.get(raw)
-        if key is None:
-            exact = canonical(inputs)
-            key = self._builder.digest(exact)  # KeyBuilder.key, unscoped
-            if exact == raw and raw.find(b"null") < 0:
-                with self._lock:
-                    while len(known) >= RECENT_KEYS:
-                        del known[next(iter(known))]
-                    # A copy: orjson's own bytes keep the spare room of its buffer (4 KiB).
-                    known[bytes(memoryview(raw))] = key
-        return key
-
-    def _by_value_key(self, inputs: Any) -> bytes:
-        value = frozen(inputs)
+        # A large input (a long prompt), looked up by value: frozen(inputs), without its
+        # call, as this is every call's path for such an input.
+        value = None
+        if type(inputs) is dict:
+            try:
+                value = _freeze_dict(inputs, [_FROZEN_ITEMS - len(inputs)])
+            except _Unfrozen:
+                pass
         if value is None:
             self._large, self._skip = 0, PROBE_EVERY
             return self._builder.key(inputs)
         remembered = self._by_value.get(value)
         if remembered is not None:
             return remembered[0]
+        return self._remember(inputs, value)
+
+    def _remember(self, inputs: Any, value: tuple[Any, ...]) -> bytes:
+        """The key of a large input not remembered yet (``value``: it frozen), remembered."""
         key = self._builder.key(inputs)
         held = _frozen_bytes(value)
         if held <= RECENT_INPUT_MAX:
