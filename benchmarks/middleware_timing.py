@@ -7,8 +7,9 @@ Runs ``middleware.py --timing``: in process, the hit with Server-Timing off and
 on; then side by side over uvicorn and granian (``middleware.py``'s part 3:
 the servers share one CPU and are driven at once, each round's throughput
 over the constant response's), the hits of this checkout and of the "before"
-one (``git archive`` of a ref, or a checkout) served at the same time. Needs
-``wrk``, Linux and two CPUs.
+one (``git archive`` of a ref, or a checkout) served at the same time, with
+the bound of this checkout's hit: the same hit with the engine's step one dict
+lookup. Needs ``wrk``, Linux and two CPUs.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def main() -> None:
             "server_timing=False hit's; the constant+timing row sends a constant "
             "Server-Timing header of the same length, so the hit's ratio to it counts only "
             "the making of the header.",
+            "The bound: the default-settings hit with the engine's hit step replaced, after "
+            "the first hit, by one dict lookup (no store read, no expiry, no memo check, no "
+            "count; benchmarks/middleware.py's engine_bound): what the middleware's own steps "
+            "cost on this server, and so the most any engine could make of this hit here.",
         ]
         document = {
             "title": "The middleware's hit with its default settings, before and after",
