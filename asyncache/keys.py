@@ -590,8 +590,8 @@ class RecentKeys:
                             known[bytes(memoryview(raw))] = key
                 return key
             self._large = PROBE_EVERY
-        # A large input (a long prompt), looked up by value: frozen(inputs), without its
-        # call, as this is every call's path for such an input.
+        # A large input (a long prompt), looked up by value: frozen here, not in a function
+        # of its own, as this is every call's path for such an input.
         value = None
         if type(inputs) is dict:
             try:
