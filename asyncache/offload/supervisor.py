@@ -11,6 +11,7 @@ the queue, for another worker or the next replacement.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
 __all__ = ["START_DEATHS", "Job", "WorkerSupervisor"]
+
+logger = logging.getLogger("asyncache.offload")
 
 START_DEATHS = 8
 """Replacements that may die while starting for one call before that call fails.
@@ -111,16 +114,45 @@ def _exit_reason(code: int | None) -> str:
     return f"exit code {code}"
 
 
+# multiprocessing's Process is not safe to use from several threads (CPython #94661,
+# #104536): Process.start() polls every child of this process and prunes the set they
+# are kept in, so it can collect the exit status of a process that another supervisor
+# thread is joining, which then takes it for running (close() raises), or change that
+# set under a join. Every call here that collects a status or changes the set (start,
+# join, close) holds this lock; waiting for an exit does not (it reads the sentinel).
+_CHILDREN = threading.Lock()
+
+
+def _exited(process: BaseProcess, timeout: float | None) -> bool:
+    """Whether ``process`` has exited, waiting up to ``timeout`` seconds (``None``: until
+    it does); once it has, its exit status is collected (``process.exitcode``)."""
+    from multiprocessing.connection import wait
+
+    if not wait([process.sentinel], timeout):
+        return False
+    with _CHILDREN:
+        process.join()  # it has exited: this only collects its status
+    return True
+
+
 def _join(process: BaseProcess, timeout: float) -> None:
     """Join ``process``: politely, then with SIGTERM, then with SIGKILL."""
-    process.join(timeout)
-    if process.exitcode is None:
+    if not _exited(process, timeout):
         process.terminate()
-        process.join(1.0)
-    if process.exitcode is None:
-        process.kill()
-        process.join()
-    process.close()
+        if not _exited(process, 1.0):
+            process.kill()
+            _exited(process, None)
+    with _CHILDREN:
+        try:
+            process.close()
+        except ValueError:
+            # It has exited (its sentinel says so), but its status went to another
+            # reaper of this process's children (os.wait, a SIGCHLD handler, or
+            # multiprocessing polled from a thread that is not a supervisor's), so
+            # multiprocessing takes it for running and keeps it, with its sentinel's
+            # pipe, among this process's children: one pipe per such rare exit, not a
+            # failed call.
+            logger.debug("worker %s exited; its status was collected elsewhere", process.pid)
 
 
 class WorkerSupervisor:
@@ -205,7 +237,7 @@ class WorkerSupervisor:
     def _alive(self) -> bool:
         if self.process is None:
             return False
-        if self.process.is_alive():
+        if not _exited(self.process, 0):
             return True
         self.deaths += 1  # died while idle: killed, or the OOM killer's pick
         self._reap()
@@ -228,7 +260,8 @@ class WorkerSupervisor:
             daemon=True,
         )
         try:
-            process.start()
+            with _CHILDREN:
+                process.start()
         except Exception as exc:
             parent.close()
             child.close()
@@ -266,8 +299,8 @@ class WorkerSupervisor:
                 pass
             else:
                 return message
-        process.join(1.0)
-        return "died", _exit_reason(process.exitcode), None
+        code = process.exitcode if _exited(process, 1.0) else None
+        return "died", _exit_reason(code), None
 
     def _execute(self, job: Job) -> None:
         conn = self.conn

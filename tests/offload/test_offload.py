@@ -263,6 +263,20 @@ async def test_replacements_killed_while_starting_fail_no_call_and_every_death_c
         await pool.aclose()
 
 
+async def test_a_worker_whose_exit_another_reaper_collected_fails_no_call() -> None:
+    # Something else in the process (os.wait, a SIGCHLD handler) may collect a worker's
+    # exit status before the pool does; multiprocessing then takes the worker for
+    # running, and closing it raises (CPython #94661). The pool replaces it all the same.
+    async with ProcessOffload(1) as single:
+        await single.start()
+        [pid] = single.pids
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.to_thread(os.waitpid, pid, 0)  # collected here, before the pool looks
+        assert await single.run(workers.square, 7) == 49
+        assert single.stats()["deaths"] == 1
+        assert single.pids != [pid]
+
+
 async def test_process_offload_refuses_what_a_worker_cannot_import(pool: ProcessOffload) -> None:
     def nested(x: int) -> int:
         return x
